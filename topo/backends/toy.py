@@ -1,0 +1,32 @@
+"""``toy``: torchrl's ToyVLAEnv, the VLA TensorDict schema without a simulator (cheap; for tests and demos)."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from ..diagnostics import Diagnostic, error
+from .base import Assignment, Backend, TaskCatalog
+
+
+class ToyBackend(Backend):
+    name = "toy"
+    builder = "topo.envs.toy:build"
+    schema_keys = frozenset({"action_dim", "state_dim", "image_shape", "from_pixels", "render_size", "success_steps"})
+
+    def check(self, env_kwargs: Mapping[str, Any], path: Sequence[str | int]) -> list[Diagnostic]:
+        reserved = sorted({"instruction", "group_id_offset", "group_repeats", "seed", "batch_size"} & set(env_kwargs))
+        return [
+            error("kwargs-reserved", f"{key!r} is set per worker by the assignment, not in env.kwargs",
+                  tuple(path) + (key,), "use the assignment section (instructions, groups, seeds)")
+            for key in reserved
+        ]
+
+    def default_instruction(self, task_id: int | None, catalog: TaskCatalog | None) -> str | None:
+        return None if task_id is None else f"toy task {task_id}"
+
+    def env_kwargs(self, shared: Mapping[str, Any], a: Assignment) -> dict[str, Any]:
+        kwargs = {**shared, **a.kwargs, "group_id_offset": a.group_id_offset}
+        if a.instruction is not None:
+            kwargs["instruction"] = a.instruction
+        if a.group_repeats is not None:
+            kwargs["group_repeats"] = a.group_repeats
+        return kwargs

@@ -1,0 +1,71 @@
+"""Diagnostics: every problem found in a spec, each with a code, a location and a hint."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Iterable, Sequence
+
+ERROR = "error"
+WARNING = "warning"
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One problem. ``path`` is the key path in the spec, ``line``/``column`` are 1-based."""
+
+    code: str
+    severity: str
+    message: str
+    path: tuple[str | int, ...] = ()
+    hint: str | None = None
+    file: str | None = None
+    line: int | None = None
+    column: int | None = None
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity == ERROR
+
+    @property
+    def dotted_path(self) -> str:
+        return format_path(self.path)
+
+    def location(self) -> str:
+        where = self.file or "<spec>"
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        return where
+
+    def format(self) -> str:
+        head = f"{self.location()}: {self.severity} {self.code}"
+        if self.path:
+            head += f" at {self.dotted_path}"
+        text = f"{head}: {self.message}"
+        if self.hint:
+            text += f"\n    hint: {self.hint}"
+        return text
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["path"] = list(self.path)
+        return data
+
+
+def error(code: str, message: str, path: Sequence[str | int] = (), hint: str | None = None) -> Diagnostic:
+    return Diagnostic(code, ERROR, message, tuple(path), hint)
+
+
+def warning(code: str, message: str, path: Sequence[str | int] = (), hint: str | None = None) -> Diagnostic:
+    return Diagnostic(code, WARNING, message, tuple(path), hint)
+
+
+def format_path(path: Iterable[str | int]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<root>"
+
+
+def sort_key(d: Diagnostic) -> tuple:
+    return (d.file or "", d.line or 0, d.column or 0, d.code, d.dotted_path)

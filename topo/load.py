@@ -1,0 +1,196 @@
+"""Load a spec: read the file, render it (Jinja2, sandboxed) when it is a template, parse YAML safely.
+
+Every value keeps its location: :class:`Source` maps key paths to (line, column) so later stages
+can point at the exact place of a problem.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import yaml
+
+from .diagnostics import Diagnostic, error
+from .errors import SpecError
+
+TEMPLATE_SUFFIXES = (".j2", ".jinja", ".jinja2")
+Path = tuple  # a key path: tuple of str | int
+
+
+@dataclass
+class Source:
+    """A loaded spec: its data, rendered text, and where each key path sits in the file."""
+
+    file: str
+    text: str
+    data: Any
+    variables: dict[str, str] = field(default_factory=dict)
+    locations: dict[Path, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+    def locate(self, path: Path) -> tuple[int | None, int | None]:
+        """Line and column of ``path``, or of its nearest located ancestor."""
+        path = tuple(path)
+        while True:
+            if path in self.locations:
+                return self.locations[path]
+            if not path:
+                return (None, None)
+            path = path[:-1]
+
+    def place(self, d: Diagnostic) -> Diagnostic:
+        """The diagnostic with this source's file, line and column filled in."""
+        if d.file is not None:
+            return d
+        line, column = self.locate(d.path)
+        return Diagnostic(d.code, d.severity, d.message, d.path, d.hint, self.file, line, column)
+
+
+def parse_assignments(pairs: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """``["k=v", ...]`` to a dict; values stay strings (YAML types them after rendering)."""
+    out: dict[str, str] = {}
+    problems = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            problems.append(error("set-syntax", f"--set expects key=value, got {pair!r}", hint="e.g. --set workers=8"))
+            continue
+        out[key.strip()] = value
+    if problems:
+        raise SpecError(problems)
+    return out
+
+
+def load(path: str | os.PathLike, variables: Mapping[str, str] | None = None) -> Source:
+    """Read, render and parse ``path``. Raises :class:`SpecError` with located diagnostics."""
+    file = os.fspath(path)
+    variables = dict(variables or {})
+    text = _read(file)
+    if file.endswith(TEMPLATE_SUFFIXES) or variables:
+        text = _render(file, text, variables)
+    return parse(text, file, variables)
+
+
+def parse(text: str, file: str = "<spec>", variables: Mapping[str, str] | None = None) -> Source:
+    """Parse YAML text with a safe loader, recording the location of every key path."""
+    fail = _failer(file)
+    if not text.strip():
+        fail("empty-spec", "the spec is empty", None, "start from one of the files in examples/")
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        fail("yaml-syntax", f"{exc.problem or exc.context}", mark, "check indentation and quoting near this line")
+    except yaml.YAMLError as exc:
+        fail("yaml-syntax", str(exc), None, None)
+    if node is None:
+        fail("empty-spec", "the spec holds no document", None, "start from one of the files in examples/")
+    source = Source(file, text, None, dict(variables or {}))
+    problems: list[Diagnostic] = []
+    source.data = _build(node, (), source, problems)
+    if problems:
+        raise SpecError([source.place(d) for d in problems])
+    return source
+
+
+def _read(file: str) -> str:
+    fail = _failer(file)
+    if os.path.isdir(file):
+        fail("spec-is-directory", f"{file} is a directory, not a spec file", None, "pass a .yaml file")
+    try:
+        with open(file, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        fail("spec-not-found", f"no such file: {file}", None, None)
+    except UnicodeDecodeError as exc:
+        fail("spec-encoding", f"not UTF-8 text ({exc.reason} at byte {exc.start})", None, None)
+    except OSError as exc:
+        fail("spec-unreadable", f"cannot read {file}: {exc.strerror}", None, None)
+    raise AssertionError("unreachable")
+
+
+def _render(file: str, text: str, variables: Mapping[str, str]) -> str:
+    import jinja2
+    from jinja2.sandbox import SandboxedEnvironment
+
+    env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    try:
+        return env.from_string(text).render(**variables)
+    except jinja2.TemplateSyntaxError as exc:
+        where = (exc.lineno, None)
+        _failer(file)("template-syntax", exc.message or str(exc), where, None)
+    except jinja2.UndefinedError as exc:
+        line = _template_line(exc)
+        _failer(file)(
+            "template-undefined",
+            f"template variable is undefined: {exc.message}",
+            (line, None),
+            "provide it with --set NAME=VALUE",
+        )
+    except jinja2.TemplateError as exc:
+        _failer(file)("template-error", str(exc), (_template_line(exc), None), None)
+    except Exception as exc:  # a template can raise anything (e.g. a filter on a wrong type): report, never crash
+        _failer(file)("template-error", f"{type(exc).__name__}: {exc}", (_template_line(exc), None), None)
+    raise AssertionError("unreachable")
+
+
+def _template_line(exc: BaseException) -> int | None:
+    tb = exc.__traceback__
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _failer(file: str):
+    def fail(code: str, message: str, where: Any, hint: str | None):
+        if isinstance(where, yaml.Mark):
+            line, column = where.line + 1, where.column + 1
+        elif isinstance(where, tuple):
+            line, column = where
+        else:
+            line = column = None
+        raise SpecError([Diagnostic(code, "error", message, (), hint, file, line, column)])
+
+    return fail
+
+
+def _build(node: yaml.Node, path: Path, source: Source, problems: list[Diagnostic]) -> Any:
+    source.locations[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+    if isinstance(node, yaml.MappingNode):
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                problems.append(error("yaml-complex-key", "mapping keys must be plain scalars", path))
+                continue
+            key = _scalar(key_node)
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                problems.append(error("yaml-merge-key", "YAML merge keys (<<) are not supported", path,
+                                      "write the keys out, or use a Jinja2 template"))
+                continue
+            if not isinstance(key, (str, int)) or isinstance(key, bool):
+                key = str(key)
+            child = path + (key,)
+            if key in out:
+                source.locations[child] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+                problems.append(error("yaml-duplicate-key", f"key {key!r} appears twice in this mapping", child,
+                                      "YAML keeps only the last one; remove the duplicate"))
+                continue
+            out[key] = _build(value_node, child, source, problems)
+            source.locations[child] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_build(item, path + (i,), source, problems) for i, item in enumerate(node.value)]
+    return _scalar(node)
+
+
+def _scalar(node: yaml.ScalarNode) -> Any:
+    loader = yaml.SafeLoader("")
+    return loader.construct_object(node, deep=True)

@@ -1,0 +1,90 @@
+"""Compile a validated spec into a plan: one row per worker with its exact create_env_kwargs.
+
+Pure and deterministic; imports neither torch nor a simulator. The plan is plain JSON data
+(``docs/plan-format.md``); :func:`dumps` gives its canonical bytes.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from . import __version__
+from .assign import assign
+from .coverage import coverage
+from .errors import SpecError
+from .load import Source
+from .validate import Checked
+
+FORMAT = "topo.plan/1"
+
+
+def compile_checked(source: Source, checked: Checked) -> dict[str, Any]:
+    """The plan of a spec that validated without errors."""
+    if checked.errors or checked.spec is None or checked.backend is None:
+        raise SpecError(checked.diagnostics)
+    spec, backend, catalog = checked.spec, checked.backend, checked.catalog
+    shared = spec.env_kwargs
+    subcollectors = []
+    for c, rows in enumerate(assign(spec, backend, catalog)):
+        workers = []
+        for a in rows:
+            workers.append({
+                "subcollector": a.subcollector,
+                "index": a.index,
+                "global_index": a.global_index,
+                "task_id": a.task_id,
+                "instruction": a.instruction,
+                "group": a.group_id_offset // 10**6,
+                "group_id_offset": a.group_id_offset,
+                "group_repeats": a.group_repeats,
+                "group_id_mode": a.group_id_mode,
+                "seed": a.seed,
+                "init_state_mode": a.init_state_mode,
+                "init_state_id": a.init_state_id,
+                "render_gpu": a.render_gpu,
+                "kwargs": {
+                    "backend": spec.backend,
+                    "builder": backend.builder,
+                    "env": backend.env_kwargs(shared, a),
+                    "seed": a.seed,
+                    "render_gpu": a.render_gpu,
+                    "worker": {"subcollector": a.subcollector, "index": a.index, "global_index": a.global_index},
+                },
+            })
+        gpu = spec.render_gpus[c % len(spec.render_gpus)] if spec.render_gpus else None
+        subcollectors.append({"index": c, "num_workers": len(workers), "render_gpu": gpu, "workers": workers})
+    plan = {
+        "format": FORMAT,
+        "topo_version": __version__,
+        "name": spec.name,
+        "spec": {"path": source.file, "sha256": source.sha256, "variables": dict(sorted(source.variables.items()))},
+        "env": {"backend": spec.backend, "builder": backend.builder, "kwargs": shared},
+        "start_methods": {"subcollectors": spec.start_subcollectors, "workers": spec.start_workers},
+        "collector": {"sync": spec.sync, "frames_per_batch": spec.frames_per_batch, "total_frames": spec.total_frames},
+        "launch": {
+            "startup_timeout": spec.startup_timeout,
+            "shutdown_timeout": spec.shutdown_timeout,
+            "max_concurrent_starts": spec.max_concurrent_starts,
+            "metadata_from_workers": spec.metadata_from_workers,
+            "use_buffers": spec.use_buffers,
+        },
+        "groups": {
+            "size": spec.groups.size, "candidate_size": spec.groups.candidate_size,
+            "parallel_repeats": spec.groups.parallel_repeats,
+        } if spec.groups.declared else None,
+        "seeds": {"strategy": "list" if spec.seed_list is not None else spec.seed_strategy, "base": spec.seed_base},
+        "subcollectors": subcollectors,
+    }
+    plan["coverage"] = coverage(plan)
+    return plan
+
+
+def rows(plan: dict[str, Any]):
+    """Every worker row of a plan, in global order."""
+    for sub in plan["subcollectors"]:
+        yield from sub["workers"]
+
+
+def dumps(plan: dict[str, Any]) -> str:
+    """Canonical JSON: the same plan gives the same bytes."""
+    return json.dumps(plan, indent=1, sort_keys=False, ensure_ascii=False) + "\n"

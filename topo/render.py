@@ -1,0 +1,94 @@
+"""Render plans and diagnostics for people (tables) and machines (JSON, YAML)."""
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable
+
+from .diagnostics import Diagnostic
+from .plan import dumps
+
+COLUMNS = (("w", "index"), ("g", "global_index"), ("task", "task_id"), ("group_id_offset", "group_id_offset"),
+           ("seed", "seed"), ("init", "init"), ("gpu", "render_gpu"), ("instruction", "instruction"))
+
+
+def plan_text(plan: dict[str, Any], fmt: str = "table", limit: int | None = None, width: int = 120) -> str:
+    if fmt == "json":
+        return dumps(plan)
+    if fmt == "yaml":
+        import yaml
+
+        return yaml.safe_dump(plan, sort_keys=False, allow_unicode=True, width=1000)
+    return table(plan, limit, width) + "\n" + coverage_text(plan)
+
+
+def _cell(row: dict, key: str) -> str:
+    if key == "init":
+        return f"{row['init_state_mode']}:{row['init_state_id']}"
+    value = row[key]
+    return "-" if value is None else str(value)
+
+
+def table(plan: dict[str, Any], limit: int | None = None, width: int = 120) -> str:
+    start = plan["start_methods"]
+    lines = [
+        f"plan {plan['name']!r}: {plan['coverage']['subcollectors']} subcollector(s), {plan['coverage']['workers']} "
+        f"workers, backend {plan['env']['backend']}, start {start['subcollectors']}/{start['workers']}, "
+        f"spec sha256 {plan['spec']['sha256'][:12]}",
+    ]
+    for sub in plan["subcollectors"]:
+        workers = sub["workers"]
+        shown = workers if limit is None else workers[:limit]
+        cells = [[_cell(r, key) for _, key in COLUMNS] for r in shown]
+        widths = [max([len(title)] + [len(c[i]) for c in cells]) for i, (title, _) in enumerate(COLUMNS[:-1])]
+        room = max(width - sum(widths) - 2 * len(widths), 16)
+        gpu = "-" if sub["render_gpu"] is None else sub["render_gpu"]
+        lines.append("")
+        lines.append(f"subcollector {sub['index']}: {sub['num_workers']} workers, render gpu {gpu}")
+        header = [title.rjust(widths[i]) for i, (title, _) in enumerate(COLUMNS[:-1])] + ["instruction"]
+        lines.append("  ".join(header).rstrip())
+        for c in cells:
+            text = c[-1] if len(c[-1]) <= room else c[-1][: room - 3] + "..."
+            lines.append("  ".join([c[i].rjust(widths[i]) for i in range(len(widths))] + [text]).rstrip())
+        if len(shown) < len(workers):
+            lines.append(f"  ... {len(workers) - len(shown)} more worker(s)")
+    return "\n".join(lines) + "\n"
+
+
+def coverage_text(plan: dict[str, Any]) -> str:
+    cov = plan["coverage"]
+    lines = ["coverage:"]
+    tasks = [t for t in cov["tasks"] if t["task_id"] is not None]
+    if tasks:
+        counts = sorted({t["workers"] for t in tasks})
+        lines.append(f"  tasks: {len(tasks)}, workers per task {'/'.join(map(str, counts))}"
+                     + (" (even)" if len(counts) == 1 else " (uneven)"))
+        lines.append("    " + ", ".join(f"{t['task_id']}:{t['workers']}" for t in tasks))
+    ipc = cov["instructions_per_subcollector"]
+    lines.append(f"  distinct instructions per subcollector: {_runs(ipc)}")
+    g = cov["groups"]
+    state = "all complete" if not g["incomplete"] else f"{len(g['incomplete'])} INCOMPLETE: {g['incomplete'][:10]}"
+    lines.append(f"  groups: {g['count']} of {g['workers_per_group']} worker(s) each, {state}")
+    gpus = ", ".join(f"{'cpu' if r['render_gpu'] is None else 'gpu ' + str(r['render_gpu'])}: {r['workers']}"
+                     for r in cov["render_gpus"])
+    lines.append(f"  workers per render device: {gpus}")
+    return "\n".join(lines) + "\n"
+
+
+def _runs(values: list[int]) -> str:
+    if len(set(values)) == 1:
+        return f"{values[0]} in each of {len(values)}"
+    return ", ".join(map(str, values))
+
+
+def diagnostics_text(diagnostics: Iterable[Diagnostic]) -> str:
+    diagnostics = list(diagnostics)
+    errors = sum(d.is_error for d in diagnostics)
+    warnings = len(diagnostics) - errors
+    body = "\n".join(d.format() for d in diagnostics)
+    summary = f"{errors} error(s), {warnings} warning(s)"
+    return (body + "\n" if body else "") + summary + "\n"
+
+
+def diagnostics_json(diagnostics: Iterable[Diagnostic], ok: bool) -> str:
+    items = [d.to_dict() for d in diagnostics]
+    return json.dumps({"ok": ok, "diagnostics": items}, indent=1) + "\n"

@@ -1,0 +1,145 @@
+"""The spec as typed data, with defaults filled in. Built only from schema-valid data."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+START_METHODS = ("spawn", "forkserver", "fork")
+DEFAULT_STARTUP_TIMEOUT = 900.0
+
+
+@dataclass(frozen=True)
+class Groups:
+    size: int = 1
+    candidate_size: int = 1
+    parallel_repeats: bool = False
+    declared: bool = False  # the spec has a groups section (group_repeats is then set)
+
+
+@dataclass(frozen=True)
+class Block:
+    task: int
+    workers: int
+    instruction: str | None = None
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    backend: str
+    env_kwargs: dict[str, Any]
+    subcollectors: int
+    workers: tuple[int, ...]  # workers per subcollector
+    start_subcollectors: str
+    start_workers: str
+    tasks: tuple[int, ...] | None  # None: the backend's whole catalog ('all') or no tasks
+    tasks_all: bool
+    instructions: dict[int, str]
+    blocks: tuple[Block, ...] | None
+    groups: Groups
+    init_state_mode: str
+    init_state_id: int
+    seed_base: int
+    seed_strategy: str
+    seed_list: tuple[int, ...] | None
+    render_gpus: tuple[int, ...] | None
+    sync: bool
+    frames_per_batch: int
+    total_frames: int
+    startup_timeout: float
+    shutdown_timeout: float | None
+    max_concurrent_starts: int | None
+    metadata_from_workers: bool
+    use_buffers: bool
+    raw: Mapping[str, Any] = field(repr=False, default_factory=dict)
+
+    @property
+    def total_workers(self) -> int:
+        return sum(self.workers)
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        """Global index of each subcollector's first worker."""
+        out, acc = [], 0
+        for n in self.workers:
+            out.append(acc)
+            acc += n
+        return tuple(out)
+
+
+def parse_task_item(item: int | str) -> list[int]:
+    if isinstance(item, int):
+        return [item]
+    lo, _, hi = item.partition("-")
+    lo_i, hi_i = int(lo), int(hi)
+    return list(range(lo_i, hi_i + 1))
+
+
+def from_data(data: Mapping[str, Any]) -> Spec:
+    """Fill defaults. ``data`` must already satisfy the JSON Schema."""
+    env = data["env"]
+    topo = data["topology"]
+    assign = data.get("assignment") or {}
+    collector = data.get("collector") or {}
+    launch = data.get("launch") or {}
+    n_sub = topo["subcollectors"]
+    wps = topo["workers_per_subcollector"]
+    workers = tuple(wps) if isinstance(wps, list) else (wps,) * n_sub
+    start = topo.get("start_method") or {}
+
+    tasks_raw = assign.get("tasks")
+    tasks_all = tasks_raw == "all"
+    tasks: tuple[int, ...] | None = None
+    if tasks_raw is not None and not tasks_all:
+        items = tasks_raw if isinstance(tasks_raw, list) else [tasks_raw]
+        tasks = tuple(t for item in items for t in parse_task_item(item))
+    blocks = None
+    if assign.get("blocks"):
+        blocks = tuple(Block(b["task"], b["workers"], b.get("instruction"), b.get("kwargs") or {}) for b in assign["blocks"])
+
+    g = assign.get("groups")
+    groups = Groups()
+    if g is not None:
+        size = g.get("size", 1)
+        groups = Groups(size, g.get("candidate_size", size), g.get("parallel_repeats", False), True)
+    init = assign.get("init_states") or {}
+    seeds = assign.get("seeds") or {}
+    gpus = assign.get("render_gpus")
+    sync = collector.get("sync", True)
+    return Spec(
+        name=data.get("name", "topology"),
+        backend=env["backend"],
+        env_kwargs=dict(env.get("kwargs") or {}),
+        subcollectors=n_sub,
+        workers=workers,
+        start_subcollectors=start.get("subcollectors", "spawn"),
+        start_workers=start.get("workers", "spawn"),
+        tasks=tasks,
+        tasks_all=tasks_all,
+        instructions={int(k): v for k, v in (assign.get("instructions") or {}).items()},
+        blocks=blocks,
+        groups=groups,
+        init_state_mode=init.get("mode", "random"),
+        init_state_id=init.get("id", 0),
+        seed_base=seeds.get("base", 0),
+        seed_strategy=seeds.get("strategy", "offset"),
+        seed_list=tuple(seeds["list"]) if "list" in seeds else None,
+        render_gpus=tuple(gpus) if gpus else None,
+        sync=sync,
+        frames_per_batch=collector.get("frames_per_batch") or default_frames_per_batch(workers, sync),
+        total_frames=collector.get("total_frames", -1),
+        startup_timeout=float(launch.get("startup_timeout", DEFAULT_STARTUP_TIMEOUT)),
+        shutdown_timeout=launch.get("shutdown_timeout"),
+        max_concurrent_starts=launch.get("max_concurrent_starts"),
+        metadata_from_workers=launch.get("metadata_from_workers", True),
+        use_buffers=launch.get("use_buffers", False),
+        raw=data,
+    )
+
+
+def default_frames_per_batch(workers: tuple[int, ...], sync: bool) -> int:
+    """One step of every worker: sync batches are totals, async batches are per subcollector."""
+    per_sub = math.lcm(*workers)
+    return per_sub * len(workers) if sync else per_sub

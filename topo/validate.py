@@ -1,0 +1,386 @@
+"""Validation: the JSON Schema, then the topology rules. Every problem at once, each located."""
+from __future__ import annotations
+
+import copy
+import difflib
+import multiprocessing
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from . import schema
+from .assign import task_list
+from .backends import Backend, TaskCatalog, builtin_names, get_backend, is_factory_path
+from .diagnostics import Diagnostic, error, sort_key, warning
+from .load import Source
+from .spec import Spec, from_data
+
+MAX_TOTAL_WORKERS = 1_000_000
+SEED_LIMIT = 2**63
+
+
+@dataclass
+class Checked:
+    """What validation produced: diagnostics, and the typed spec when the rules could run."""
+
+    diagnostics: list[Diagnostic]
+    spec: Spec | None = None
+    backend: Backend | None = None
+    catalog: TaskCatalog | None = None
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.is_error]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if not d.is_error]
+
+
+def validate(source: Source) -> Checked:
+    """Check ``source`` against the schema and every topology rule."""
+    found = schema.check(source.data)
+    spec = None
+    backend = catalog = None
+    if isinstance(source.data, dict):
+        repaired = _without(source.data, [d.path for d in found])
+        if not schema.check(repaired):
+            spec = from_data(repaired)
+            backend, catalog, rule_diags = _rules(spec)
+            found += rule_diags
+    elif not found:
+        found.append(error("schema-type", "the spec must be a mapping of sections", ()))
+    placed = sorted((source.place(d) for d in found), key=sort_key)
+    return Checked(placed, spec, backend, catalog)
+
+
+def _without(data: dict, paths: list[tuple]) -> dict:
+    """A copy of ``data`` without the values that failed the schema, so the rules can still run."""
+    out = copy.deepcopy(data)
+    for path in paths:
+        node: Any = out
+        for part in path[:-1]:
+            try:
+                node = node[part] if not isinstance(node, dict) else node.get(part, node.get(_as_int(part)))
+            except (IndexError, TypeError, KeyError):
+                node = None
+            if node is None:
+                break
+        if not path or node is None:
+            continue
+        key = path[-1]
+        if isinstance(node, dict):
+            node.pop(key, None)
+            node.pop(_as_int(key), None)
+        elif isinstance(node, list) and isinstance(key, int) and key < len(node):
+            node[key] = None
+    return out
+
+
+def _as_int(key: Any) -> Any:
+    return int(key) if isinstance(key, str) and key.isdigit() else key
+
+
+def _rules(spec: Spec) -> tuple[Backend | None, TaskCatalog | None, list[Diagnostic]]:
+    out: list[Diagnostic] = []
+    backend = _backend(spec, out)
+    catalog = None
+    if backend is not None:
+        out += backend.check(spec.env_kwargs, ("env", "kwargs"))
+        if not any(d.is_error for d in out):
+            catalog = backend.catalog(spec.env_kwargs)
+    out += _topology(spec)
+    out += _groups(spec)
+    out += _tasks(spec, catalog, backend)
+    out += _init_states(spec, catalog)
+    out += _seeds(spec)
+    out += _start_methods(spec, backend)
+    out += _schema_kwargs(spec, backend)
+    out += _launch(spec, backend)
+    return backend, catalog, out
+
+
+def _backend(spec: Spec, out: list[Diagnostic]) -> Backend | None:
+    try:
+        return get_backend(spec.backend)
+    except KeyError:
+        close = difflib.get_close_matches(spec.backend, builtin_names(), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else (
+            f"use one of {', '.join(builtin_names())}, or a factory 'package.module:callable'")
+        out.append(error("backend-unknown", f"unknown backend {spec.backend!r}", ("env", "backend"), hint))
+    except ImportError as exc:
+        out.append(error("backend-unavailable", f"backend {spec.backend!r} cannot be loaded: {exc}", ("env", "backend"),
+                         "install its extra, e.g. pip install -e '.[libero]'"))
+    return None
+
+
+def _topology(spec: Spec) -> list[Diagnostic]:
+    out = []
+    wps = spec.raw["topology"]["workers_per_subcollector"]
+    if isinstance(wps, list) and len(wps) != spec.subcollectors:
+        out.append(error(
+            "workers-list-length",
+            f"workers_per_subcollector lists {len(wps)} subcollector(s) but subcollectors is {spec.subcollectors}",
+            ("topology", "workers_per_subcollector"),
+            f"give {spec.subcollectors} numbers, or one number for all",
+        ))
+    if spec.total_workers > MAX_TOTAL_WORKERS:
+        out.append(error(
+            "topology-too-large",
+            f"{spec.subcollectors} subcollectors x {max(spec.workers)} workers = {spec.total_workers} workers, "
+            f"more than {MAX_TOTAL_WORKERS}",
+            ("topology",), "split the job across several specs or nodes",
+        ))
+    return out
+
+
+def _per_sub_path(spec: Spec, c: int) -> tuple:
+    wps = spec.raw["topology"]["workers_per_subcollector"]
+    return ("topology", "workers_per_subcollector", c) if isinstance(wps, list) else ("topology", "workers_per_subcollector")
+
+
+def _groups(spec: Spec) -> list[Diagnostic]:
+    g = spec.groups
+    if not g.declared:
+        return []
+    out = []
+    base = ("assignment", "groups")
+    if g.candidate_size % g.size:
+        up = (g.candidate_size // g.size + 1) * g.size
+        out.append(error(
+            "candidate-size-multiple",
+            f"candidate_size {g.candidate_size} is not a multiple of group size {g.size} "
+            f"({g.candidate_size} % {g.size} = {g.candidate_size % g.size})",
+            base + ("candidate_size",), f"use candidate_size {up} or a group size that divides {g.candidate_size}",
+        ))
+    if not g.parallel_repeats:
+        return out
+    seen = set()
+    for c, m in enumerate(spec.workers):
+        if m % g.size and (m, _per_sub_path(spec, c)) not in seen:
+            seen.add((m, _per_sub_path(spec, c)))
+            lo, hi = (m // g.size) * g.size, (m // g.size + 1) * g.size
+            divisors = [d for d in range(1, m + 1) if m % d == 0]
+            who = f"subcollector {c} has {m} workers" if len(set(spec.workers)) > 1 else f"{m} workers per subcollector"
+            out.append(error(
+                "group-size-divides-workers",
+                f"{who}, not a multiple of group size {g.size} ({m} % {g.size} = {m % g.size}); "
+                f"with parallel_repeats each group needs {g.size} workers of one subcollector",
+                _per_sub_path(spec, c),
+                f"use {lo or hi} or {hi} workers, or a group size that divides {m} ({', '.join(map(str, divisors[:12]))})",
+            ))
+    if spec.init_state_mode == "random":
+        out.append(error(
+            "random-init-with-parallel-groups",
+            "init_states.mode 'random' with parallel_repeats: workers sharing a group id would start from "
+            "different init states",
+            ("assignment", "init_states", "mode") if "init_states" in (spec.raw.get("assignment") or {}) else base,
+            "use init_states.mode: cycle (or fixed)",
+        ))
+    return out
+
+
+def _tasks(spec: Spec, catalog: TaskCatalog | None, backend: Backend | None) -> list[Diagnostic]:
+    out = []
+    assign = spec.raw.get("assignment") or {}
+    if spec.blocks is not None:
+        out += _blocks(spec, catalog)
+        if "tasks" in assign:
+            out.append(error("tasks-and-blocks", "give either tasks or blocks, not both",
+                             ("assignment", "blocks"), "blocks lay out workers explicitly; remove tasks"))
+        return out
+    tasks = task_list(spec, catalog)
+    path = ("assignment", "tasks")
+    if spec.tasks_all and catalog is None and backend is not None:
+        out.append(error("tasks-all-unknown", f"backend {spec.backend!r} has no task catalog, so 'all' means nothing",
+                         path, "list the task ids"))
+    if spec.tasks is not None:
+        dup = sorted(t for t, n in Counter(spec.tasks).items() if n > 1)
+        if dup:
+            out.append(warning("task-duplicate", f"task id(s) {_ids(dup)} listed more than once: they get more workers",
+                               path, "list each task once"))
+        if catalog is not None:
+            unknown = [t for t in dict.fromkeys(spec.tasks) if t not in catalog]
+            if unknown:
+                out.append(error("task-unknown", f"task id(s) {_ids(unknown)} do not exist in {catalog.source or spec.backend} "
+                                 f"({len(catalog.ids)} tasks: {_ids(catalog.ids)})", path,
+                                 f"use ids in {_ids(catalog.ids)}"))
+    for t in spec.instructions:
+        if tasks and t not in tasks:
+            out.append(warning("instruction-unused", f"an instruction is given for task {t}, which no worker runs",
+                               ("assignment", "instructions", t), f"tasks are {_ids(tasks)}"))
+    if not tasks:
+        return out
+    g = spec.groups
+    total = spec.total_workers
+    units = total // g.size if g.parallel_repeats else total
+    unit_name = f"{units} group worker(s) ({total} workers // group size {g.size})" if g.parallel_repeats else f"{total} workers"
+    n = len(tasks)
+    if units < n:
+        dropped = tasks[units:]
+        out.append(error(
+            "task-coverage",
+            f"{unit_name} cannot cover {n} tasks: tasks {_ids(dropped)} would get no worker",
+            path, f"use at least {n * (g.size if g.parallel_repeats else 1)} workers, or fewer tasks",
+        ))
+    elif units % n:
+        more = units % n
+        out.append(warning(
+            "task-coverage-uneven",
+            f"{unit_name} over {n} tasks is uneven ({units} % {n} = {more}): tasks {_ids(tasks[:more])} get "
+            f"{units // n + 1}, the others {units // n}",
+            path, f"use a multiple of {n * (g.size if g.parallel_repeats else 1)} workers for even coverage",
+        ))
+    return out
+
+
+def _blocks(spec: Spec, catalog: TaskCatalog | None) -> list[Diagnostic]:
+    out = []
+    total = sum(b.workers for b in spec.blocks)
+    path = ("assignment", "blocks")
+    if total != spec.total_workers:
+        sizes = " + ".join(str(b.workers) for b in spec.blocks)
+        out.append(error("blocks-total", f"blocks lay out {sizes} = {total} workers but the topology has "
+                         f"{spec.total_workers} ({' + '.join(map(str, spec.workers))})", path,
+                         "make the block worker counts add up to the topology"))
+    start = 0
+    g = spec.groups
+    for i, b in enumerate(spec.blocks):
+        if catalog is not None and b.task not in catalog:
+            out.append(error("task-unknown", f"task {b.task} does not exist in {catalog.source or spec.backend} "
+                             f"({len(catalog.ids)} tasks: {_ids(catalog.ids)})", path + (i, "task"),
+                             f"use ids in {_ids(catalog.ids)}"))
+        if g.parallel_repeats and (start % g.size or b.workers % g.size):
+            out.append(error("blocks-split-group", f"block {i} covers workers {start}-{start + b.workers - 1}, which splits "
+                             f"a group of {g.size} ({b.workers} % {g.size} = {b.workers % g.size})",
+                             path + (i, "workers"), f"give each block a multiple of {g.size} workers"))
+        start += b.workers
+    return out
+
+
+def _init_states(spec: Spec, catalog: TaskCatalog | None) -> list[Diagnostic]:
+    if catalog is None or not catalog.init_states:
+        return []
+    tasks = [b.task for b in spec.blocks] if spec.blocks else task_list(spec, catalog)
+    short = sorted({t for t in tasks if t in catalog.init_states and spec.init_state_id >= catalog.init_states[t]})
+    if not short:
+        return []
+    counts = sorted({catalog.init_states[t] for t in short})
+    return [error("init-state-unknown", f"init state id {spec.init_state_id} does not exist for task(s) {_ids(short)} "
+                  f"({'/'.join(map(str, counts))} init states, ids 0-{counts[0] - 1})",
+                  ("assignment", "init_states", "id"), f"use an id below {counts[0]}")]
+
+
+def _seeds(spec: Spec) -> list[Diagnostic]:
+    out = []
+    path = ("assignment", "seeds")
+    seeds_raw = (spec.raw.get("assignment") or {}).get("seeds") or {}
+    if spec.seed_list is not None:
+        if len(spec.seed_list) != spec.total_workers:
+            out.append(error("seeds-list-length", f"seeds.list has {len(spec.seed_list)} seeds for {spec.total_workers} workers",
+                             path + ("list",), "give exactly one seed per worker, or use base/strategy"))
+        dup = sorted(s for s, n in Counter(spec.seed_list).items() if n > 1)
+        if dup:
+            out.append(error("seeds-duplicate", f"seed(s) {_ids(dup)} appear more than once in seeds.list: "
+                             "workers would share a random stream", path + ("list",), "make every seed distinct"))
+        if "strategy" in seeds_raw or "base" in seeds_raw:
+            out.append(error("seeds-list-and-strategy", "seeds.list replaces base/strategy; give one or the other",
+                             path, "remove base/strategy, or remove list"))
+    elif spec.seed_strategy == "offset" and spec.seed_base + spec.total_workers > SEED_LIMIT:
+        out.append(error("seed-overflow", f"base {spec.seed_base} + {spec.total_workers} workers exceeds 2**63",
+                         path + ("base",), "use a smaller base seed"))
+    return out
+
+
+def _start_methods(spec: Spec, backend: Backend | None) -> list[Diagnostic]:
+    out = []
+    available = multiprocessing.get_all_start_methods()
+    for role, method in (("subcollectors", spec.start_subcollectors), ("workers", spec.start_workers)):
+        if method not in available:
+            out.append(error("start-method-unavailable", f"start method {method!r} is not available on this platform "
+                             f"(available: {', '.join(available)})", ("topology", "start_method", role), "use spawn"))
+    if backend is not None and spec.start_workers == "fork" and backend.uses_gl(spec.env_kwargs):
+        out.append(error("fork-with-rendering", f"env workers of {spec.backend!r} render with GL/EGL, which does not "
+                         "survive fork (contexts broken in the child)", ("topology", "start_method", "workers"),
+                         "use spawn or forkserver"))
+    return out
+
+
+def _schema_kwargs(spec: Spec, backend: Backend | None) -> list[Diagnostic]:
+    """Worker metadata needs one tensor schema per subcollector: blocks may not change schema kwargs in one."""
+    if backend is None or not spec.blocks:
+        return []
+    out = []
+    start = 0
+    spans = []
+    for i, b in enumerate(spec.blocks):
+        spans.append((start, start + b.workers, i, b))
+        start += b.workers
+    for c, (first, count) in enumerate(zip(spec.offsets, spec.workers)):
+        values: dict[str, dict[Any, list[int]]] = {}
+        for lo, hi, i, b in spans:
+            if hi <= first or lo >= first + count:
+                continue
+            for key in backend.schema_keys:
+                value = b.kwargs.get(key, spec.env_kwargs.get(key))
+                values.setdefault(key, {}).setdefault(repr(value), []).append(i)
+        for key, by_value in sorted(values.items()):
+            if len(by_value) > 1:
+                parts = "; ".join(f"{v} in block(s) {_ids(ix)}" for v, ix in by_value.items())
+                first_block = min(i for ix in by_value.values() for i in ix[1:] or ix)
+                out.append(error("schema-kwargs-differ", f"subcollector {c} mixes {key}: {parts}. Worker metadata needs "
+                                 "one tensor schema per subcollector", ("assignment", "blocks", first_block, "kwargs", key),
+                                 f"give every worker of subcollector {c} the same {key}, or align blocks with subcollectors"))
+    return out
+
+
+def _launch(spec: Spec, backend: Backend | None) -> list[Diagnostic]:
+    out = []
+    path = ("launch",)
+    if spec.use_buffers and spec.metadata_from_workers:
+        out.append(error("use-buffers-with-worker-metadata", "use_buffers: true needs the specs before workers start, "
+                         "but metadata_from_workers reads them from the started workers; torchrl cannot do both",
+                         path + ("use_buffers",), "remove use_buffers (worker metadata is what keeps envs out of parents)"))
+    if not spec.metadata_from_workers:
+        out.append(warning("parent-env-construction", f"metadata_from_workers: false makes each of the {spec.subcollectors} "
+                           "subcollector(s) build one throwaway env in its own process to read specs",
+                           path + ("metadata_from_workers",), "leave it true unless you are benchmarking"))
+    k = spec.max_concurrent_starts
+    if k is not None and k >= spec.total_workers:
+        out.append(warning("max-concurrent-starts-unused", f"max_concurrent_starts {k} >= {spec.total_workers} workers: "
+                           "it never limits anything", path + ("max_concurrent_starts",), "lower it or remove it"))
+    if spec.render_gpus and backend is not None and not backend.uses_gl(spec.env_kwargs):
+        out.append(warning("render-gpus-unused", f"backend {spec.backend!r} does not render, render_gpus has no effect",
+                           ("assignment", "render_gpus"), "remove render_gpus"))
+    fpb_path = ("collector", "frames_per_batch")
+    per_sub = spec.frames_per_batch
+    if spec.sync:
+        if spec.frames_per_batch % spec.subcollectors:
+            out.append(error("frames-per-batch-split", f"frames_per_batch {spec.frames_per_batch} does not split over "
+                             f"{spec.subcollectors} subcollectors ({spec.frames_per_batch} % {spec.subcollectors} = "
+                             f"{spec.frames_per_batch % spec.subcollectors})", fpb_path,
+                             f"use a multiple of {spec.subcollectors}"))
+            return out
+        per_sub = spec.frames_per_batch // spec.subcollectors
+    for m in sorted(set(spec.workers)):
+        if per_sub % m:
+            what = f"{spec.frames_per_batch} / {spec.subcollectors} = {per_sub}" if spec.sync else str(per_sub)
+            out.append(error("frames-per-batch-split", f"each subcollector collects {what} frames per batch, not a "
+                             f"multiple of its {m} workers ({per_sub} % {m} = {per_sub % m})", fpb_path,
+                             "a subcollector batch of F frames over M workers is [M, F/M]: make F a multiple of M"))
+    return out
+
+
+def _ids(ids) -> str:
+    """Compact ids: [0, 1, 2, 5] -> '0-2, 5'."""
+    ids = list(ids)
+    if not ids:
+        return "none"
+    parts, start, prev = [], ids[0], ids[0]
+    for x in ids[1:] + [None]:
+        if x is not None and isinstance(x, int) and isinstance(prev, int) and x == prev + 1:
+            prev = x
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = x
+    return ", ".join(parts)
