@@ -36,7 +36,7 @@ def seeds(spec: Spec) -> list[int]:
         import numpy as np
 
         children = np.random.SeedSequence(spec.seed_base).spawn(n)
-        return [int(child.generate_state(1, np.uint64)[0] >> 1) for child in children]
+        return [int(child.generate_state(1, np.uint64)[0]) >> 1 for child in children]
     return [spec.seed_base + g for g in range(n)]
 
 
