@@ -58,31 +58,36 @@ def assign(spec: Spec, backend: Backend, catalog: TaskCatalog | None) -> list[li
     repeats = (groups.candidate_size // groups.size if parallel else groups.candidate_size) if groups.declared else None
     mode = "init_state" if parallel else "episode"
     blocks = _expand_blocks(spec.blocks) if spec.blocks else None
+    overrides = spec.instructions
+    cache: dict = {}
+
+    def instruction_of(task):
+        if task not in cache:
+            text = overrides.get(task) if task is not None else None
+            cache[task] = text if text is not None else backend.default_instruction(task, catalog)
+        return cache[task]
+
+    size = groups.size if parallel else 1
+    n_tasks = len(tasks)
+    ism, isid = spec.init_state_mode, spec.init_state_id
     out: list[list[Assignment]] = []
     for c, (first, count) in enumerate(zip(spec.offsets, spec.workers)):
         gpu = spec.render_gpus[c % len(spec.render_gpus)] if spec.render_gpus else None
         rows = []
-        for w in range(count):
-            g = first + w
-            unit = g // groups.size if parallel else g
-            instruction, extra = None, {}
+        for g in range(first, first + count):
+            unit = g // size
+            extra = {}
             if blocks is not None:
                 block = blocks[g] if g < len(blocks) else None
                 task = block.task if block else None
-                instruction = block.instruction if block else None
+                instruction = (block.instruction if block else None) or instruction_of(task)
                 extra = block.kwargs if block else {}
             else:
-                task = tasks[unit % len(tasks)] if tasks else None
-            if instruction is None and task is not None:
-                instruction = spec.instructions.get(task)
-            if instruction is None:
-                instruction = backend.default_instruction(task, catalog)
-            rows.append(Assignment(
-                subcollector=c, index=w, global_index=g, task_id=task, instruction=instruction,
-                group_id_offset=unit * GROUP_ID_OFFSET, group_repeats=repeats, group_id_mode=mode,
-                seed=seed_of[g] if g < len(seed_of) else None, init_state_mode=spec.init_state_mode,
-                init_state_id=spec.init_state_id, render_gpu=gpu, kwargs=extra,
-            ))
+                task = tasks[unit % n_tasks] if n_tasks else None
+                instruction = instruction_of(task)
+            seed = seed_of[g] if g < len(seed_of) else None
+            rows.append(Assignment(c, g - first, g, task, instruction, unit * GROUP_ID_OFFSET, repeats, mode,
+                                   seed, ism, isid, gpu, extra))
         out.append(rows)
     return out
 

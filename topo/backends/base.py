@@ -7,7 +7,7 @@ A backend is pure: it never imports torch, torchrl or a simulator. Its runtime h
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from ..diagnostics import Diagnostic
 
@@ -25,8 +25,7 @@ class TaskCatalog:
         return task_id in self.ids
 
 
-@dataclass(frozen=True)
-class Assignment:
+class Assignment(NamedTuple):
     """One worker's assignment, before the backend turns it into constructor kwargs."""
 
     subcollector: int
@@ -41,7 +40,7 @@ class Assignment:
     init_state_mode: str
     init_state_id: int
     render_gpu: int | None
-    kwargs: Mapping[str, Any] = field(default_factory=dict)  # a block's own kwargs, over the shared ones
+    kwargs: Mapping[str, Any] = {}  # a block's own kwargs, over the shared ones (never mutated)
 
 
 class Backend:
