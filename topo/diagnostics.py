@@ -1,7 +1,7 @@
 """Diagnostics: every problem found in a spec, each with a code, a location and a hint."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Iterable, Sequence
 
 ERROR = "error"
@@ -20,6 +20,7 @@ class Diagnostic:
     file: str | None = None
     line: int | None = None
     column: int | None = None
+    suggestion: str | None = field(default=None, compare=False)  # the key a misspelt key most likely meant
 
     @property
     def is_error(self) -> bool:
@@ -49,6 +50,7 @@ class Diagnostic:
     def to_dict(self) -> dict:
         data = asdict(self)
         data["path"] = list(self.path)
+        del data["suggestion"]
         return data
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 import yaml
@@ -43,12 +43,20 @@ class Source:
                 return (None, None)
             path = path[:-1]
 
-    def place(self, d: Diagnostic) -> Diagnostic:
-        """The diagnostic with this source's file, line and column filled in."""
+    def place(self, d: Diagnostic, aliases: Mapping[Path, Path] | None = None) -> Diagnostic:
+        """The diagnostic with this source's file, line and column filled in.
+
+        ``aliases`` maps a corrected key path to the misspelt one actually written in the file.
+        """
         if d.file is not None:
             return d
-        line, column = self.locate(d.path)
-        return Diagnostic(d.code, d.severity, d.message, d.path, d.hint, self.file, line, column)
+        path = tuple(d.path)
+        for canonical, written in (aliases or {}).items():
+            if path[: len(canonical)] == canonical:
+                path = written + path[len(canonical):]
+                break
+        line, column = self.locate(path)
+        return replace(d, file=self.file, line=line, column=column)
 
 
 def parse_assignments(pairs: list[str] | tuple[str, ...]) -> dict[str, str]:

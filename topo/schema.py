@@ -4,6 +4,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+from dataclasses import replace
 from importlib import resources
 from typing import Any
 
@@ -33,7 +34,7 @@ def check(data: Any) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     for err in _validator().iter_errors(_string_keys(data)):
         out.extend(_diagnostics(err))
-    return out
+    return merge_misspelt(out)
 
 
 def _string_keys(data: Any) -> Any:
@@ -121,4 +122,12 @@ def _unknown_key(path: tuple, key: str, allowed: list[str]) -> Diagnostic:
     close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}?" if close else f"allowed keys here: {', '.join(allowed)}"
     where = "/".join(map(str, path)) or "the top level"
-    return error("schema-unknown-key", f"unknown key {key!r} in {where}", path + (key,), hint)
+    d = error("schema-unknown-key", f"unknown key {key!r} in {where}", path + (key,), hint)
+    return replace(d, suggestion=close[0]) if close else d
+
+
+def merge_misspelt(found: list[Diagnostic]) -> list[Diagnostic]:
+    """A misspelt required key is one problem, not two: keep 'unknown key ... did you mean', drop 'missing'."""
+    meant = {(d.path[:-1], d.suggestion) for d in found if d.suggestion}
+    return [d for d in found
+            if not (d.code == "schema-required" and (d.path, d.message.split("'")[1]) in meant)]

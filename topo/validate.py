@@ -43,14 +43,15 @@ def validate(source: Source) -> Checked:
     spec = None
     backend = catalog = None
     if isinstance(source.data, dict):
-        repaired = _without(source.data, [d.path for d in found])
+        repaired = _without(_respelt(source.data, found), [d.path for d in found if not d.suggestion])
         if not schema.check(repaired):
             spec = from_data(repaired)
             backend, catalog, rule_diags = _rules(spec)
             found += rule_diags
     elif not found:
         found.append(error("schema-type", "the spec must be a mapping of sections", ()))
-    placed = sorted((source.place(d) for d in found), key=sort_key)
+    aliases = {d.path[:-1] + (d.suggestion,): d.path for d in found if d.suggestion}
+    placed = sorted((source.place(d, aliases) for d in found), key=sort_key)
     return Checked(placed, spec, backend, catalog)
 
 
@@ -74,6 +75,20 @@ def _without(data: dict, paths: list[tuple]) -> dict:
             node.pop(_as_int(key), None)
         elif isinstance(node, list) and isinstance(key, int) and key < len(node):
             node[key] = None
+    return out
+
+
+def _respelt(data: dict, found: list[Diagnostic]) -> dict:
+    """A copy of ``data`` with each misspelt key renamed to what it most likely meant."""
+    out = copy.deepcopy(data)
+    for d in found:
+        if not d.suggestion:
+            continue
+        node: Any = out
+        for part in d.path[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and d.suggestion not in node and d.path[-1] in node:
+            node[d.suggestion] = node.pop(d.path[-1])
     return out
 
 
