@@ -9,7 +9,7 @@ import gc
 import json
 from typing import Any
 
-from . import __version__
+from . import __version__, placement
 from .assign import assign
 from .coverage import coverage
 from .errors import SpecError
@@ -85,6 +85,7 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
             "parallel_repeats": spec.groups.parallel_repeats,
         } if spec.groups.declared else None,
         "seeds": {"strategy": "list" if spec.seed_list is not None else spec.seed_strategy, "base": spec.seed_base},
+        "placement": placement.plan_section(spec),
         "subcollectors": subcollectors,
     }
     plan["coverage"] = coverage(plan)

@@ -43,7 +43,8 @@ def table(plan: dict[str, Any], limit: int | None = None, width: int = 120) -> s
         room = max(width - sum(widths) - 2 * len(widths), 16)
         gpu = "-" if sub["render_gpu"] is None else sub["render_gpu"]
         lines.append("")
-        lines.append(f"subcollector {sub['index']}: {sub['num_workers']} workers, render gpu {gpu}")
+        lines.append(f"subcollector {sub['index']}: {sub['num_workers']} workers, render gpu {gpu}"
+                     + _placed(plan, sub["index"]))
         header = [title.rjust(widths[i]) for i, (title, _) in enumerate(COLUMNS[:-1])] + ["instruction"]
         lines.append("  ".join(header).rstrip())
         for c in cells:
@@ -52,6 +53,19 @@ def table(plan: dict[str, Any], limit: int | None = None, width: int = 120) -> s
         if len(shown) < len(workers):
             lines.append(f"  ... {len(workers) - len(shown)} more worker(s)")
     return "\n".join(lines) + "\n"
+
+
+def _placed(plan: dict[str, Any], c: int) -> str:
+    placement = plan.get("placement") or {}
+    if placement.get("engine", "local") == "local":
+        return ""
+    entry = placement["subcollectors"][c]
+    r = entry["resources"]
+    ask = f"{r['cpus']:g} cpus, {r['gpus']:g} gpus"
+    if r["memory_gb"] is not None:
+        ask += f", {r['memory_gb']:g} GB"
+    ask += "".join(f", {k} {v:g}" for k, v in r["custom"].items())
+    return f", ray actor ({ask})" + (f" -> {entry['node']}" if entry["node"] else "")
 
 
 def coverage_text(plan: dict[str, Any]) -> str:
@@ -70,7 +84,13 @@ def coverage_text(plan: dict[str, Any]) -> str:
     lines.append(f"  groups: {g['count']} of {g['workers_per_group']} worker(s) each, {state}")
     gpus = ", ".join(f"{'cpu' if r['render_gpu'] is None else 'gpu ' + str(r['render_gpu'])}: {r['workers']}"
                      for r in cov["render_gpus"])
-    lines.append(f"  workers per render device: {gpus}")
+    placement = plan.get("placement") or {}
+    local = " (actor-local indices)" if placement.get("engine") == "ray" else ""
+    lines.append(f"  workers per render device{local}: {gpus}")
+    if placement.get("engine") == "ray":
+        nodes = sorted({e["node"] for e in placement["subcollectors"] if e["node"]})
+        lines.append(f"  placement: ray at {placement['address']}, {len(placement['subcollectors'])} actor(s)"
+                     + (f" on {len(nodes)} node(s)" if nodes else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -84,6 +104,8 @@ def diagnostics_text(diagnostics: Iterable[Diagnostic]) -> str:
     diagnostics = list(diagnostics)
     errors = sum(d.is_error for d in diagnostics)
     warnings = len(diagnostics) - errors
+    if not diagnostics:
+        return ""
     body = "\n".join(d.format() for d in diagnostics)
     summary = f"{errors} error(s), {warnings} warning(s)"
     return (body + "\n" if body else "") + summary + "\n"

@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from . import schema
+from . import placement, schema
 from .assign import task_list
 from .backends import Backend, TaskCatalog, builtin_names, get_backend, is_factory_path
 from .diagnostics import Diagnostic, error, sort_key, warning
@@ -112,6 +112,7 @@ def _rules(spec: Spec) -> tuple[Backend | None, TaskCatalog | None, list[Diagnos
     out += _start_methods(spec, backend)
     out += _schema_kwargs(spec, backend)
     out += _launch(spec, backend)
+    out += placement.check(spec, backend.memory_per_worker_gb if backend is not None else None)
     return backend, catalog, out
 
 
