@@ -102,16 +102,20 @@ def plan(spec, assignments, dry_run, fmt, limit, out, strict):
     try:
         source = load(spec, parse_assignments(assignments))
         checked = validate(source)
+        if checked.errors or (strict and checked.warnings):
+            raise SpecError(checked.diagnostics)  # printed once, warnings included
         if checked.warnings:
             click.echo(render.diagnostics_text(checked.warnings), nl=False, err=True)
-        if strict and checked.warnings:
-            raise SpecError(checked.diagnostics)
         result = compile_checked(source, checked)
     except TopoError as err:
         fail(err)
     if out:
-        with open(out, "w", encoding="utf-8") as handle:
-            handle.write(dumps(result))
+        try:
+            with open(out, "w", encoding="utf-8") as handle:
+                handle.write(dumps(result))
+        except OSError as exc:
+            click.echo(f"error: cannot write the plan to {out}: {exc.strerror}", err=True)
+            sys.exit(2)
         click.echo(f"plan saved to {out} ({result['coverage']['workers']} workers)", err=True)
     if dry_run or not out:
         width = shutil.get_terminal_size((120, 24)).columns if sys.stdout.isatty() else int(os.environ.get("COLUMNS", 120))

@@ -170,19 +170,25 @@ def _failer(file: str):
     return fail
 
 
-def _build(node: yaml.Node, path: Path, source: Source, problems: list[Diagnostic]) -> Any:
+def _build(node: yaml.Node, path: Path, source: Source, problems: list[Diagnostic],
+           inside: frozenset = frozenset()) -> Any:
     source.locations[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+    if id(node) in inside:  # an alias to a node that contains it (a: &x [*x]) would never end
+        problems.append(error("yaml-recursive-alias", "this alias refers to a node that contains it", path,
+                              "YAML aliases must not be recursive"))
+        return None
     if isinstance(node, yaml.MappingNode):
+        inside = inside | {id(node)}
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
                 problems.append(error("yaml-complex-key", "mapping keys must be plain scalars", path))
                 continue
-            key = _scalar(key_node)
             if key_node.tag == "tag:yaml.org,2002:merge":
-                problems.append(error("yaml-merge-key", "YAML merge keys (<<) are not supported", path,
-                                      "write the keys out, or use a Jinja2 template"))
+                problems.append(_at(key_node, source, error("yaml-merge-key", "YAML merge keys (<<) are not supported",
+                                                             path, "write the keys out, or use a Jinja2 template")))
                 continue
+            key = _scalar(key_node, path, source, problems)
             if not isinstance(key, (str, int)) or isinstance(key, bool):
                 key = str(key)
             child = path + (key,)
@@ -191,14 +197,28 @@ def _build(node: yaml.Node, path: Path, source: Source, problems: list[Diagnosti
                 problems.append(error("yaml-duplicate-key", f"key {key!r} appears twice in this mapping", child,
                                       "YAML keeps only the last one; remove the duplicate"))
                 continue
-            out[key] = _build(value_node, child, source, problems)
+            out[key] = _build(value_node, child, source, problems, inside)
             source.locations[child] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_build(item, path + (i,), source, problems) for i, item in enumerate(node.value)]
-    return _scalar(node)
+        inside = inside | {id(node)}
+        return [_build(item, path + (i,), source, problems, inside) for i, item in enumerate(node.value)]
+    return _scalar(node, path, source, problems)
 
 
-def _scalar(node: yaml.ScalarNode) -> Any:
+def _scalar(node: yaml.ScalarNode, path: Path, source: Source, problems: list[Diagnostic]) -> Any:
     loader = yaml.SafeLoader("")
-    return loader.construct_object(node, deep=True)
+    try:
+        return loader.construct_object(node, deep=True)
+    except Exception as exc:  # noqa: BLE001 - PyYAML's constructors raise anything on odd input (!!timestamp x)
+        # an unknown tag (!custom), or a value its type refuses (2024-13-45 is no date)
+        message = exc.problem if isinstance(exc, yaml.MarkedYAMLError) and exc.problem else str(exc)
+        hint = "quote it to make it a string" if node.tag.startswith("tag:yaml.org,2002:") else \
+            f"topo reads plain YAML: remove the tag {node.tag}"
+        problems.append(_at(node, source, error("yaml-value", f"cannot read {node.value!r}: {message}", path, hint)))
+        return None
+
+
+def _at(node: yaml.Node, source: Source, d: Diagnostic) -> Diagnostic:
+    """``d`` located at ``node`` itself (a key or value without a path of its own)."""
+    return replace(d, file=source.file, line=node.start_mark.line + 1, column=node.start_mark.column + 1)

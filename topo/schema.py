@@ -24,17 +24,36 @@ def schema() -> dict:
 
 @functools.lru_cache(maxsize=1)
 def _validator():
-    from jsonschema import Draft202012Validator
+    from jsonschema import Draft202012Validator, validators
 
-    return Draft202012Validator(schema())
+    # JSON Schema counts 2.0 as an integer, but a count written 2.0 is a float that range() refuses
+    types = Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda checker, value: isinstance(value, int) and not isinstance(value, bool))
+    return validators.extend(Draft202012Validator, type_checker=types)(schema())
 
 
 def check(data: Any) -> list[Diagnostic]:
     """Every schema violation in ``data``, one diagnostic each, in document order."""
     out: list[Diagnostic] = []
     for err in _validator().iter_errors(_string_keys(data)):
-        out.extend(_diagnostics(err))
+        for d in _diagnostics(err):
+            d = replace(d, path=_original_path(data, d.path))
+            if d not in out:  # jsonschema reports 'required' once per missing key, each naming them all
+                out.append(d)
     return merge_misspelt(out)
+
+
+def _original_path(data: Any, path: tuple) -> tuple:
+    """``path`` with the spec's own key types: YAML ``3:`` is the int 3, which the JSON view made "3"."""
+    out = []
+    for part in path:
+        if isinstance(data, dict) and isinstance(part, str) and part not in data and part.isdigit() \
+                and int(part) in data:
+            part = int(part)
+        out.append(part)
+        data = data.get(part) if isinstance(data, dict) else data[part] \
+            if isinstance(data, list) and isinstance(part, int) and part < len(data) else None
+    return tuple(out)
 
 
 def _string_keys(data: Any) -> Any:
@@ -49,7 +68,7 @@ def _string_keys(data: Any) -> Any:
 def _describe(value: Any) -> str:
     kind = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "mapping",
             type(None): "null"}.get(type(value), type(value).__name__)
-    text = json.dumps(value) if not isinstance(value, (dict, list)) else kind
+    text = json.dumps(value, default=str) if not isinstance(value, (dict, list)) else kind
     return text if kind in ("list", "mapping") else f"{text} ({kind})"
 
 

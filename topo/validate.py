@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import copy
+import datetime
 import difflib
+import math
 import multiprocessing
 from collections import Counter
 from dataclasses import dataclass
@@ -10,10 +12,10 @@ from typing import Any
 
 from . import placement, schema
 from .assign import task_list
-from .backends import Backend, TaskCatalog, builtin_names, get_backend, is_factory_path
+from .backends import Assignment, Backend, TaskCatalog, builtin_names, get_backend, is_factory_path
 from .diagnostics import Diagnostic, error, sort_key, warning
 from .load import Source
-from .spec import Spec, from_data
+from .spec import Spec, from_data, parse_task_item
 
 MAX_TOTAL_WORKERS = 1_000_000
 SEED_LIMIT = 2**63
@@ -48,6 +50,10 @@ def validate(source: Source) -> Checked:
             spec = from_data(repaired)
             backend, catalog, rule_diags = _rules(spec)
             found += rule_diags
+        else:
+            found += _backend_alone(repaired)
+        reported = {d.path for d in found}
+        found += [d for d in _not_json(source.data, ()) if d.path not in reported]
     elif not found:
         found.append(error("schema-type", "the spec must be a mapping of sections", ()))
     aliases = {d.path[:-1] + (d.suggestion,): d.path for d in found if d.suggestion}
@@ -92,16 +98,59 @@ def _respelt(data: dict, found: list[Diagnostic]) -> dict:
     return out
 
 
+def _backend_alone(data: dict) -> list[Diagnostic]:
+    """The backend's own checks, when the rest of the spec is too broken for the topology rules."""
+    env = data.get("env")
+    if not isinstance(env, dict) or not isinstance(env.get("backend"), str):
+        return []
+    kwargs = env.get("kwargs") if isinstance(env.get("kwargs"), dict) else {}
+    out: list[Diagnostic] = []
+    backend = _backend(env["backend"], out)
+    if backend is not None:
+        out += backend.check(kwargs, ("env", "kwargs"))
+    return out
+
+
+def _not_json(value: Any, path: tuple) -> list[Diagnostic]:
+    """Values a JSON plan cannot hold as they are: YAML dates, binary, sets, NaN, non-string keys."""
+    if isinstance(value, dict):
+        out = []
+        for key, item in value.items():
+            if not isinstance(key, str) and path != ("assignment", "instructions"):
+                out.append(error("value-not-json", f"key {key!r} is {_kind(key)}: a plan is JSON, whose keys are "
+                                 "strings", path + (key,), f"quote it: '{key}'"))
+            out += _not_json(item, path + (key,))
+        return out
+    if isinstance(value, list):
+        return [d for i, item in enumerate(value) for d in _not_json(item, path + (i,))]
+    if value is None or isinstance(value, (str, bool, int)):
+        return []
+    if isinstance(value, float) and math.isfinite(value):
+        return []
+    return [error("value-not-json", f"{value} is {_kind(value)}, which a JSON plan cannot hold", path,
+                  "quote it to make it a string")]
+
+
+def _kind(value: Any) -> str:
+    return {int: "an integer", float: "a non-finite number", bytes: "binary data", datetime.date: "a date",
+            datetime.datetime: "a timestamp"}.get(type(value), f"a {type(value).__name__}")
+
+
 def _as_int(key: Any) -> Any:
     return int(key) if isinstance(key, str) and key.isdigit() else key
 
 
 def _rules(spec: Spec) -> tuple[Backend | None, TaskCatalog | None, list[Diagnostic]]:
     out: list[Diagnostic] = []
-    backend = _backend(spec, out)
+    backend = _backend(spec.backend, out)
     catalog = None
     if backend is not None:
         out += backend.check(spec.env_kwargs, ("env", "kwargs"))
+        for i, block in enumerate(spec.blocks or ()):
+            # a block's kwargs go through the same checks; keep what is about its own keys
+            where = ("assignment", "blocks", i, "kwargs")
+            out += [d for d in backend.check({**spec.env_kwargs, **block.kwargs}, where)
+                    if d.path[:len(where)] == where and len(d.path) > len(where) and d.path[len(where)] in block.kwargs]
         if not any(d.is_error for d in out):
             catalog = backend.catalog(spec.env_kwargs)
     out += _topology(spec)
@@ -116,16 +165,16 @@ def _rules(spec: Spec) -> tuple[Backend | None, TaskCatalog | None, list[Diagnos
     return backend, catalog, out
 
 
-def _backend(spec: Spec, out: list[Diagnostic]) -> Backend | None:
+def _backend(name: str, out: list[Diagnostic]) -> Backend | None:
     try:
-        return get_backend(spec.backend)
+        return get_backend(name)
     except KeyError:
-        close = difflib.get_close_matches(spec.backend, builtin_names(), n=1)
+        close = difflib.get_close_matches(name, builtin_names(), n=1)
         hint = f"did you mean {close[0]!r}?" if close else (
             f"use one of {', '.join(builtin_names())}, or a factory 'package.module:callable'")
-        out.append(error("backend-unknown", f"unknown backend {spec.backend!r}", ("env", "backend"), hint))
+        out.append(error("backend-unknown", f"unknown backend {name!r}", ("env", "backend"), hint))
     except ImportError as exc:
-        out.append(error("backend-unavailable", f"backend {spec.backend!r} cannot be loaded: {exc}", ("env", "backend"),
+        out.append(error("backend-unavailable", f"backend {name!r} cannot be loaded: {exc}", ("env", "backend"),
                          "install its extra, e.g. pip install -e '.[libero]'"))
     return None
 
@@ -183,7 +232,8 @@ def _groups(spec: Spec) -> list[Diagnostic]:
                 f"{who}, not a multiple of group size {g.size} ({m} % {g.size} = {m % g.size}); "
                 f"with parallel_repeats each group needs {g.size} workers of one subcollector",
                 _per_sub_path(spec, c),
-                f"use {lo or hi} or {hi} workers, or a group size that divides {m} ({', '.join(map(str, divisors[:12]))})",
+                f"use {f'{lo} or ' if lo else ''}{hi} workers, or a group size that divides {m} "
+                f"({', '.join(map(str, divisors[:12]))})",
             ))
     if spec.init_state_mode == "random":
         out.append(error(
@@ -207,6 +257,16 @@ def _tasks(spec: Spec, catalog: TaskCatalog | None, backend: Backend | None) -> 
         return out
     tasks = task_list(spec, catalog)
     path = ("assignment", "tasks")
+    raw = assign.get("tasks")
+    for i, item in enumerate(raw if isinstance(raw, list) else [raw]):
+        if isinstance(item, str) and item != "all" and not parse_task_item(item):
+            lo, _, hi = (part.strip() for part in item.partition("-"))
+            out.append(error("task-range-empty", f"task range {item!r} is empty ({lo} > {hi})",
+                             path + (i,) if isinstance(raw, list) else path, f"write it {hi}-{lo}"))
+    if raw is None and catalog is not None:
+        out.append(error("tasks-missing", f"backend {spec.backend!r} runs one of its {len(catalog.ids)} tasks in each "
+                         "worker, but the spec assigns none", ("assignment",),
+                         f"add assignment.tasks: all (or ids such as 0-{len(catalog.ids) - 1}), or assignment.blocks"))
     if spec.tasks_all and catalog is None and backend is not None:
         out.append(error("tasks-all-unknown", f"backend {spec.backend!r} has no task catalog, so 'all' means nothing",
                          path, "list the task ids"))
@@ -266,7 +326,7 @@ def _blocks(spec: Spec, catalog: TaskCatalog | None) -> list[Diagnostic]:
             out.append(error("task-unknown", f"task {b.task} does not exist in {catalog.source or spec.backend} "
                              f"({len(catalog.ids)} tasks: {_ids(catalog.ids)})", path + (i, "task"),
                              f"use ids in {_ids(catalog.ids)}"))
-        if g.parallel_repeats and (start % g.size or b.workers % g.size):
+        if g.parallel_repeats and b.workers % g.size:
             out.append(error("blocks-split-group", f"block {i} covers workers {start}-{start + b.workers - 1}, which splits "
                              f"a group of {g.size} ({b.workers} % {g.size} = {b.workers % g.size})",
                              path + (i, "workers"), f"give each block a multiple of {g.size} workers"))
@@ -295,6 +355,10 @@ def _seeds(spec: Spec) -> list[Diagnostic]:
         if len(spec.seed_list) != spec.total_workers:
             out.append(error("seeds-list-length", f"seeds.list has {len(spec.seed_list)} seeds for {spec.total_workers} workers",
                              path + ("list",), "give exactly one seed per worker, or use base/strategy"))
+        big = sorted(s for s in set(spec.seed_list) if s >= SEED_LIMIT)
+        if big:
+            out.append(error("seed-overflow", f"seed(s) {_ids(big)} in seeds.list do not fit in 63 bits (2**63 = "
+                             f"{SEED_LIMIT})", path + ("list",), "use seeds below 2**63"))
         dup = sorted(s for s, n in Counter(spec.seed_list).items() if n > 1)
         if dup:
             out.append(error("seeds-duplicate", f"seed(s) {_ids(dup)} appear more than once in seeds.list: "
@@ -337,13 +401,16 @@ def _schema_kwargs(spec: Spec, backend: Backend | None) -> list[Diagnostic]:
         for lo, hi, i, b in spans:
             if hi <= first or lo >= first + count:
                 continue
+            effective = backend.env_kwargs(spec.env_kwargs, Assignment(
+                c, 0, lo, b.task, None, 0, None, "episode", None, "random", 0, None, b.kwargs))
             for key in backend.schema_keys:
-                value = b.kwargs.get(key, spec.env_kwargs.get(key))
+                value = effective.get(key, b.kwargs.get(key, spec.env_kwargs.get(key)))
                 values.setdefault(key, {}).setdefault(repr(value), []).append(i)
         for key, by_value in sorted(values.items()):
             if len(by_value) > 1:
                 parts = "; ".join(f"{v} in block(s) {_ids(ix)}" for v, ix in by_value.items())
-                first_block = min(i for ix in by_value.values() for i in ix[1:] or ix)
+                members = [i for ix in by_value.values() for i in ix]
+                first_block = min((i for i in members if key in spec.blocks[i].kwargs), default=min(members))
                 out.append(error("schema-kwargs-differ", f"subcollector {c} mixes {key}: {parts}. Worker metadata needs "
                                  "one tensor schema per subcollector", ("assignment", "blocks", first_block, "kwargs", key),
                                  f"give every worker of subcollector {c} the same {key}, or align blocks with subcollectors"))
@@ -368,6 +435,8 @@ def _launch(spec: Spec, backend: Backend | None) -> list[Diagnostic]:
     if spec.render_gpus and backend is not None and not backend.uses_gl(spec.env_kwargs):
         out.append(warning("render-gpus-unused", f"backend {spec.backend!r} does not render, render_gpus has no effect",
                            ("assignment", "render_gpus"), "remove render_gpus"))
+    if len(spec.workers) != spec.subcollectors:
+        return out  # workers-list-length: the batch arithmetic would count the wrong subcollectors
     fpb_path = ("collector", "frames_per_batch")
     per_sub = spec.frames_per_batch
     if spec.sync:
