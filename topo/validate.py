@@ -276,7 +276,7 @@ def _tasks(spec: Spec, catalog: TaskCatalog | None, backend: Backend | None) -> 
             out.append(warning("task-duplicate", f"task id(s) {_ids(dup)} listed more than once: they get more workers",
                                path, "list each task once"))
         if catalog is not None:
-            unknown = [t for t in dict.fromkeys(spec.tasks) if t not in catalog]
+            unknown = sorted({t for t in spec.tasks if t not in catalog})
             if unknown:
                 out.append(error("task-unknown", f"task id(s) {_ids(unknown)} do not exist in {catalog.source or spec.backend} "
                                  f"({len(catalog.ids)} tasks: {_ids(catalog.ids)})", path,
@@ -299,11 +299,13 @@ def _tasks(spec: Spec, catalog: TaskCatalog | None, backend: Backend | None) -> 
             f"{unit_name} cannot cover {n} tasks: tasks {_ids(dropped)} would get no worker",
             path, f"use at least {n * (g.size if g.parallel_repeats else 1)} workers, or fewer tasks",
         ))
-    elif units % n:
+    elif units % n and not (g.parallel_repeats and any(m % g.size for m in spec.workers)):
+        # (with groups that do not divide the workers, the group-size error says what to fix first)
         more = units % n
+        few = f"task {tasks[0]} gets" if more == 1 else f"tasks {_ids(tasks[:more])} get"
         out.append(warning(
             "task-coverage-uneven",
-            f"{unit_name} over {n} tasks is uneven ({units} % {n} = {more}): tasks {_ids(tasks[:more])} get "
+            f"{unit_name} over {n} tasks is uneven ({units} % {n} = {more}): {few} "
             f"{units // n + 1}, the others {units // n}",
             path, f"use a multiple of {n * (g.size if g.parallel_repeats else 1)} workers for even coverage",
         ))

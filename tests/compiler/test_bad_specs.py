@@ -158,7 +158,7 @@ def test_uneven_coverage_warns(tmp_path):
     result, out = run("validate", spec)
     assert result.exit_code == 0, out
     assert located(out, str(spec)) == [("task-coverage-uneven", 5)]
-    assert "5 workers over 4 tasks is uneven (5 % 4 = 1): tasks 0 get 2, the others 1" in out
+    assert "5 workers over 4 tasks is uneven (5 % 4 = 1): task 0 gets 2, the others 1" in out
 
     result, out = run("validate", spec, "--strict")
     assert result.exit_code == 2
