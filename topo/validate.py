@@ -250,7 +250,7 @@ def _tasks(spec: Spec, catalog: TaskCatalog | None, backend: Backend | None) -> 
     out = []
     assign = spec.raw.get("assignment") or {}
     if spec.blocks is not None:
-        out += _blocks(spec, catalog)
+        out += _blocks(spec, catalog, backend)
         if "tasks" in assign:
             out.append(error("tasks-and-blocks", "give either tasks or blocks, not both",
                              ("assignment", "blocks"), "blocks lay out workers explicitly; remove tasks"))
@@ -312,8 +312,13 @@ def _tasks(spec: Spec, catalog: TaskCatalog | None, backend: Backend | None) -> 
     return out
 
 
-def _blocks(spec: Spec, catalog: TaskCatalog | None) -> list[Diagnostic]:
+def _blocks(spec: Spec, catalog: TaskCatalog | None, backend: Backend | None) -> list[Diagnostic]:
     out = []
+    for i, b in enumerate(spec.blocks):
+        for key in sorted(set(b.kwargs) & (backend.catalog_keys if backend else frozenset())):
+            out.append(error("block-changes-catalog", f"block {i} sets {key}, but its task ids and instructions are "
+                             f"resolved against env.kwargs.{key}", ("assignment", "blocks", i, "kwargs", key),
+                             f"use one {key} per spec (one spec per suite)"))
     total = sum(b.workers for b in spec.blocks)
     path = ("assignment", "blocks")
     if total != spec.total_workers:

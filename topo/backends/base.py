@@ -54,6 +54,8 @@ class Backend:
     renders: bool = False
     #: shared kwargs whose value changes the tensor schema (must be equal in a subcollector)
     schema_keys: frozenset[str] = frozenset()
+    #: shared kwargs that choose the task catalog (a block may not change them)
+    catalog_keys: frozenset[str] = frozenset()
     #: rough resident memory of one worker, for placement and doctor estimates (None: unknown)
     memory_per_worker_gb: float | None = None
 
