@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "libero_spatial_5x64.yaml"
 BIG = {
     "version": 1, "name": "toy-1000x100",
-    "env": {"backend": "toy", "kwargs": {"success_steps": 4}},
+    "env": {"backend": "toy", "kwargs": {"success_steps": 4, "state_dim": 8}},
     "topology": {"subcollectors": 1000, "workers_per_subcollector": 100},
     "assignment": {"tasks": "0-9", "groups": {"size": 10, "candidate_size": 20, "parallel_repeats": True},
                    "init_states": {"mode": "cycle"}, "seeds": {"base": 0}},

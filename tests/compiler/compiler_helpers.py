@@ -44,7 +44,7 @@ def toy(subcollectors: int, workers, **assignment) -> dict[str, Any]:
     """A toy-backend spec dict."""
     data: dict[str, Any] = {
         "version": 1,
-        "env": {"backend": "toy", "kwargs": {"success_steps": 4}},
+        "env": {"backend": "toy", "kwargs": {"success_steps": 4, "state_dim": 8}},
         "topology": {"subcollectors": subcollectors, "workers_per_subcollector": workers},
     }
     if assignment:

@@ -84,7 +84,7 @@ def valid_specs(draw):
     data = {
         "version": 1,
         "name": "prop",
-        "env": {"backend": "toy", "kwargs": {"success_steps": draw(st.integers(1, 9))}},
+        "env": {"backend": "toy", "kwargs": {"success_steps": draw(st.integers(1, 9)), "state_dim": 8}},
         "topology": {"subcollectors": n, "workers_per_subcollector": per_sub[0] if uniform and draw(st.booleans())
                      else per_sub},
     }

@@ -184,7 +184,7 @@ def test_toy_no_groups():
         assert row["render_gpu"] is None
         assert (row["init_state_mode"], row["init_state_id"]) == ("random", 0)
     # no groups section: group_repeats is not passed at all
-    assert rows(plan)[7]["kwargs"]["env"] == {"success_steps": 4, "group_id_offset": 7_000_000,
+    assert rows(plan)[7]["kwargs"]["env"] == {"success_steps": 4, "state_dim": 8, "group_id_offset": 7_000_000,
                                                "instruction": "toy task 1"}
     assert plan["groups"] is None
 
@@ -221,7 +221,7 @@ def test_toy_parallel_repeats_uneven_lists():
         assert row["group_id_mode"] == "init_state"
         assert (row["init_state_mode"], row["init_state_id"]) == ("cycle", 3)
         assert row["seed"] == g
-    assert rows(plan)[13]["kwargs"]["env"] == {"success_steps": 4, "group_id_offset": 3_000_000,
+    assert rows(plan)[13]["kwargs"]["env"] == {"success_steps": 4, "state_dim": 8, "group_id_offset": 3_000_000,
                                                 "instruction": "toy task 4", "group_repeats": 3}
     assert plan["coverage"]["groups"] == {"count": 4, "workers_per_group": 4, "complete": 4, "incomplete": []}
 
@@ -253,7 +253,7 @@ def test_toy_blocks_layout():
     assert [x["instruction"] for x in r] == ["five"] * 4 + ["block six"] * 3 + ["five"]
     assert [x["kwargs"]["env"]["success_steps"] for x in r] == [2] * 4 + [4] * 4
     assert [x["group_id_offset"] for x in r] == [g * GROUP_ID_OFFSET for g in range(8)]
-    assert r[4]["kwargs"]["env"] == {"success_steps": 4, "group_id_offset": 4_000_000, "instruction": "block six"}
+    assert r[4]["kwargs"]["env"] == {"success_steps": 4, "state_dim": 8, "group_id_offset": 4_000_000, "instruction": "block six"}
 
 
 def test_toy_blocks_with_parallel_groups():

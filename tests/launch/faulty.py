@@ -1,0 +1,37 @@
+"""User env factories for launch tests, imported by spawned env workers (put this folder on PYTHONPATH).
+
+Each is a ``module:callable`` backend: called with the shared kwargs plus the worker's assignment.
+``fault_seed`` picks the worker that misbehaves (its seed is ``base + global index``).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+
+def toy(*, instruction=None, group_id_offset=0, seed=None, **_):
+    from torchrl.envs import ToyVLAEnv
+
+    return ToyVLAEnv(instruction=instruction or "toy", group_id_offset=group_id_offset, seed=seed)
+
+
+def raising(*, fault_seed, seed, **kwargs):
+    if seed == fault_seed:
+        raise RuntimeError(f"planted failure in the worker with seed {seed}")
+    return toy(seed=seed, **kwargs)
+
+
+def exiting(*, fault_seed, seed, **kwargs):
+    if seed == fault_seed:
+        os._exit(3)
+    return toy(seed=seed, **kwargs)
+
+
+def hanging(*, fault_seed=None, seed, ignore_sigterm=False, **kwargs):
+    """Hangs in the worker with ``fault_seed`` (every worker when None), deaf to SIGTERM if asked."""
+    if fault_seed is None or seed == fault_seed:
+        if ignore_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(3600)
+    return toy(seed=seed, **kwargs)

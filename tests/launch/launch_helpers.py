@@ -1,0 +1,115 @@
+"""Shared helpers of the launch tests: write specs, run ``topo launch`` as a subprocess, find its pids."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+HERE = Path(__file__).resolve().parent
+HANG_GUARD_S = 400  # a launch that runs this long is hung (not a speed target)
+# generous bounds (not speed targets): CI machines are small and shared
+LAUNCH_LIMITS = {"startup_timeout": 240, "shutdown_timeout": 120}
+
+
+def toy_spec(subcollectors: int = 2, workers: int = 3, **sections: Any) -> dict:
+    """A toy spec: up to 3 tasks with distinct instructions, groups, seeds from 100; ``sections`` replace."""
+    tasks = list(range(min(3, subcollectors * workers)))
+    spec = {
+        "version": 1,
+        "name": f"toy-{subcollectors}x{workers}",
+        "env": {"backend": "toy", "kwargs": {"success_steps": 4, "state_dim": 8}},
+        "topology": {"subcollectors": subcollectors, "workers_per_subcollector": workers},
+        "assignment": {
+            "tasks": tasks,
+            "instructions": {t: name for t, name in zip(tasks, ["push left", "push right", "lift"])},
+            "groups": {"size": 1, "candidate_size": 2},
+            "seeds": {"base": 100},
+        },
+        "launch": dict(LAUNCH_LIMITS),
+    }
+    spec.update(sections)
+    return spec
+
+
+def user_spec(factory: str, subcollectors: int = 1, workers: int = 2, **kwargs: Any) -> dict:
+    return {
+        "version": 1,
+        "name": "user",
+        "env": {"backend": factory, "kwargs": kwargs},
+        "topology": {"subcollectors": subcollectors, "workers_per_subcollector": workers},
+        "assignment": {"seeds": {"base": 0}},
+        "launch": dict(LAUNCH_LIMITS),
+    }
+
+
+def write(path: Path, spec: dict) -> Path:
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def subprocess_env(*paths: Path) -> dict:
+    """os.environ with this folder (and ``paths``) on PYTHONPATH, so spawned workers import test factories."""
+    parts = [str(p) for p in (HERE, *paths)] + [p for p in [os.environ.get("PYTHONPATH")] if p]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(parts)}
+
+
+def command(*args: Any) -> list[str]:
+    return [sys.executable, "-m", "topo.launch", *map(str, args)]
+
+
+def launch(*args: Any, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(command(*args), env=env or subprocess_env(), capture_output=True, text=True,
+                          timeout=HANG_GUARD_S)
+
+
+def summary(report: Path) -> dict:
+    return json.loads((report / "summary.json").read_text())
+
+
+def run_dir(report: Path) -> Path:
+    (found,) = glob.glob(str(report / "topo-run-*"))
+    return Path(found)
+
+
+def records(report: Path, folder: str) -> list[dict]:
+    return [json.loads(Path(f).read_text()) for f in glob.glob(str(run_dir(report) / folder / "*.json"))]
+
+
+def wait_for(predicate, timeout: float = HANG_GUARD_S, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def started_pids(report: Path) -> set[int]:
+    """Every pid the launch wrote in a marker or recorded as started, found independently of the report check."""
+    pids = {r["pid"] for r in records(report, "markers")}
+    path = report / "summary.json"
+    if path.exists():
+        pids |= set(summary(report)["processes"]["started"])
+    return pids
+
+
+def alive(pids: set[int], started_before: float) -> list[int]:
+    """The pids still running that existed before ``started_before`` (a reused pid is someone else's)."""
+    out = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            if proc.create_time() <= started_before and proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            continue
+    return sorted(out)

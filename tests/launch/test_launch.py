@@ -1,0 +1,177 @@
+"""Real nested launches (torchrl, CPU, spawn): 0 constructions outside env workers, the planned
+instruction / group / seed in every worker, every env closed, no process left, checked by pid."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+import topo
+from topo.plan import dumps
+
+from launch_helpers import (LAUNCH_LIMITS, alive, launch, records, started_pids, subprocess_env, summary, toy_spec,
+                            user_spec, write)
+
+GYM_2X3 = {
+    "version": 1,
+    "name": "halfcheetah-2x3",
+    "env": {"backend": "gym", "kwargs": {"env_name": "HalfCheetah-v5"}},
+    "topology": {"subcollectors": 2, "workers_per_subcollector": 3},
+    "assignment": {"seeds": {"base": 7}},
+    "collector": {"sync": False, "frames_per_batch": 12},
+    "launch": dict(LAUNCH_LIMITS),
+}
+
+
+def assert_clean_launch(report, plan: dict, t_end: float) -> dict:
+    """The report's claims, and the same facts read independently from the markers and by pid."""
+    s = summary(report)
+    n = sum(sub["num_workers"] for sub in plan["subcollectors"])
+    assert s["ok"] and s["exit_code"] == 0
+    assert s["plan"] == json.loads(json.dumps(plan))
+    assert s["constructions"]["by_role"] == {"top": 0, "collector": 0, "subcollector": 0, "worker": n}
+    markers = records(report, "markers")
+    built = [m for m in markers if m["name"] == "constructed"]
+    sub_pids = {m["pid"] for m in markers if m["name"] == "subcollector"}
+    assert len(sub_pids) == len(plan["subcollectors"])
+    assert len(built) == n and len({m["pid"] for m in built}) == n  # one env per worker process
+    assert not {m["pid"] for m in built} & (sub_pids | {s["processes"]["collector_pid"]})
+    rows = {(r["subcollector"], r["index"]): r for sub in plan["subcollectors"] for r in sub["workers"]}
+    assert sorted((m["worker"]["subcollector"], m["worker"]["index"]) for m in built) == sorted(rows)
+    for m in built:
+        assert m["seed"] == rows[m["worker"]["subcollector"], m["worker"]["index"]]["seed"]
+    assert s["seeds"]["mismatches"] == []
+    assert len([m for m in markers if m["name"] == "closed"]) == n
+    assert s["env_closes"] == {"constructed": n, "closed": n}
+    assert s["processes"]["subcollector_exit_codes"] == [0] * len(plan["subcollectors"])
+    assert set(s["processes"]["subcollector_start_methods"]) == {plan["start_methods"]["subcollectors"]}
+    assert s["processes"]["left_behind"] == [] and s["processes"]["alive_after"] == []
+    assert alive(started_pids(report), t_end) == []
+    return s
+
+
+def assert_first_batch_matches(s: dict, plan: dict) -> None:
+    for sub, seen in zip(plan["subcollectors"], s["first_batch"]):
+        assert seen["status"] == "ok", seen
+        assert seen["instructions"] == sorted({r["instruction"] for r in sub["workers"]})
+        assert seen["groups"] == sorted({r["group"] for r in sub["workers"]})
+
+
+@pytest.mark.slow
+def test_toy_2x3_from_spec(tmp_path):
+    spec = write(tmp_path / "toy.yaml", toy_spec(2, 3))
+    report = tmp_path / "report"
+    result = launch(spec, "--report", report)
+    t_end = time.time()
+    assert result.returncode == 0, result.stderr
+    assert "launch ok" in result.stdout and "worker 6" in result.stdout
+    plan = topo.compile_spec(str(spec))
+    s = assert_clean_launch(report, plan, t_end)
+    assert_first_batch_matches(s, plan)
+    assert len({r["instruction"] for sub in plan["subcollectors"] for r in sub["workers"]}) == 3
+
+
+@pytest.mark.slow
+def test_toy_2x3_from_saved_plan(tmp_path):
+    spec = write(tmp_path / "toy.yaml", toy_spec(2, 3))
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(dumps(topo.compile_spec(str(spec))))
+    report = tmp_path / "report"
+    result = launch(plan_path, "--spec", spec, "--report", report, "--quiet")
+    t_end = time.time()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""  # --quiet
+    plan = json.loads(plan_path.read_text())
+    assert_first_batch_matches(assert_clean_launch(report, plan, t_end), plan)
+
+
+@pytest.mark.slow
+def test_gym_2x3_async_with_start_slots(tmp_path):
+    spec = write(tmp_path / "gym.yaml", GYM_2X3)
+    report = tmp_path / "report"
+    result = launch(spec, "--report", report, "--quiet", "--batches", "2", "--max-concurrent-starts", "2")
+    t_end = time.time()
+    assert result.returncode == 0, result.stderr
+    s = assert_clean_launch(report, topo.compile_spec(str(spec)), t_end)
+    assert s["launch"]["batches_collected"] == 2
+    assert s["launch"]["max_concurrent_starts"] == 2
+    assert 1 <= s["launch"]["peak_concurrent_starts"] <= 2
+    assert [e["status"] for e in s["first_batch"]] == ["nothing observable"] * 2  # gym: no instruction, no group id
+
+
+@pytest.mark.slow
+def test_one_worker_subcollector_keeps_its_env_in_a_worker(tmp_path):
+    topology = {"subcollectors": 1, "workers_per_subcollector": 1,
+                "start_method": {"subcollectors": "forkserver", "workers": "spawn"}}
+    spec = write(tmp_path / "one.yaml", toy_spec(1, 1, topology=topology))
+    report = tmp_path / "report"
+    result = launch(spec, "--report", report, "--quiet")
+    t_end = time.time()
+    assert result.returncode == 0, result.stderr
+    plan = topo.compile_spec(str(spec))
+    s = assert_clean_launch(report, plan, t_end)  # the env is not in the subcollector (no SerialEnv)
+    assert_first_batch_matches(s, plan)
+    assert s["processes"]["subcollector_start_methods"] == ["forkserver"]  # the plan's, not torchrl's spawn
+
+
+@pytest.mark.slow
+def test_user_factory_from_a_file_outside_the_package_async(tmp_path):
+    folder = tmp_path / "userenvs"
+    folder.mkdir()
+    (folder / "my_envs.py").write_text(
+        "def make(*, instruction, group_id_offset, seed, **_):\n"
+        "    from torchrl.envs import ToyVLAEnv\n"
+        "    return ToyVLAEnv(instruction=instruction, group_id_offset=group_id_offset, seed=seed,\n"
+        "                     success_steps=4, state_dim=8, group_repeats=2)\n")
+    data = user_spec("my_envs:make", 2, 1)
+    data["assignment"].update({"tasks": [0, 1], "instructions": {0: "open the drawer", 1: "close the drawer"}})
+    data["collector"] = {"sync": False, "frames_per_batch": 2}
+    spec = write(tmp_path / "user.yaml", data)
+    report = tmp_path / "report"
+    result = launch(spec, "--report", report, "--quiet", "--batches", "8", env=subprocess_env(folder))
+    t_end = time.time()
+    assert result.returncode == 0, result.stderr
+    plan = summary(report)["plan"]
+    assert plan["env"]["builder"] == "topo.envs.user:build"
+    s = assert_clean_launch(report, plan, t_end)
+    assert_first_batch_matches(s, plan)  # async batches attributed to their subcollector by content
+    assert [e["instructions"] for e in s["first_batch"]] == [["open the drawer"], ["close the drawer"]]
+
+
+@pytest.mark.slow
+def test_constructions_outside_workers_show_in_the_report(tmp_path):
+    # metadata_from_workers: false makes each subcollector build a throwaway env to read specs
+    spec = write(tmp_path / "meta.yaml", toy_spec(2, 1, launch={**LAUNCH_LIMITS, "metadata_from_workers": False}))
+    report = tmp_path / "report"
+    result = launch(spec, "--report", report)
+    t_end = time.time()
+    assert result.returncode == 0, result.stderr
+    assert "parent-env-construction" in result.stderr  # the compiler's warning, shown by launch
+    s = summary(report)
+    assert s["constructions"]["by_role"] == {"top": 0, "collector": 0, "subcollector": 2, "worker": 2}
+    assert "subcollector 2" in result.stdout
+    assert s["processes"]["alive_after"] == [] and alive(started_pids(report), t_end) == []
+
+
+def test_stale_plans_are_refused(tmp_path):
+    spec = write(tmp_path / "toy.yaml", toy_spec(1, 1))
+    plan = topo.compile_spec(str(spec))
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(dumps(plan))
+
+    write(spec, toy_spec(1, 2))  # the spec changed after the plan was written
+    for args in ([plan_path], [plan_path, "--spec", spec]):
+        result = launch(*args)
+        assert result.returncode == 2, result.stderr
+        assert "plan is stale" in result.stderr and "Traceback" not in result.stderr
+
+    other = tmp_path / "old_format.json"
+    other.write_text(json.dumps({**plan, "format": "topo.plan/0"}))
+    result = launch(other)
+    assert result.returncode == 2 and "re-run `topo plan`" in result.stderr
+
+    newer = tmp_path / "newer_topo.json"
+    newer.write_text(json.dumps({**plan, "topo_version": "99.0.0", "spec": {**plan["spec"], "path": None}}))
+    result = launch(newer)
+    assert result.returncode == 2 and "topo 99.0.0" in result.stderr

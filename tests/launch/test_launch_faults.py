@@ -1,0 +1,131 @@
+"""Faults during a real launch: the message names the worker to blame, the exit code says what
+happened, and every process the launch started is gone (checked by pid) when `topo launch` returns."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from launch_helpers import (HANG_GUARD_S, alive, command, launch, records, started_pids, subprocess_env, summary,
+                            toy_spec, user_spec, wait_for, write)
+
+pytestmark = pytest.mark.slow
+
+
+def assert_torn_down(report, t_end: float) -> dict:
+    s = summary(report)
+    assert s["processes"]["alive_after"] == []
+    assert alive(started_pids(report), t_end) == []
+    return s
+
+
+def assert_no_bare_traceback(stderr: str) -> None:
+    assert not re.search(r"^Traceback", stderr, re.M), stderr  # a worker's traceback is shown indented
+
+
+def test_builder_raising_names_the_worker_and_its_row(tmp_path):
+    spec = write(tmp_path / "raise.yaml", user_spec("faulty:raising", 2, 2, fault_seed=2))
+    report = tmp_path / "report"
+    result = launch(spec, "--report", report, "--quiet")
+    t_end = time.time()
+    assert result.returncode == 1, result.stderr
+    err = result.stderr
+    assert "env worker failed during construction: RuntimeError: planted failure in the worker with seed 2" in err
+    assert "at subcollector 1, worker 0" in err
+    assert "plan row: global_index=2" in err and "seed=2" in err
+    assert 'faulty.py", line' in err  # the worker's own traceback
+    assert_no_bare_traceback(err)
+    s = assert_torn_down(report, t_end)
+    assert s["exit_code"] == 1 and (s["error"]["subcollector"], s["error"]["worker"]) == (1, 0)
+
+
+def test_worker_exiting_without_traceback(tmp_path):
+    spec = write(tmp_path / "exit.yaml", user_spec("faulty:exiting", 1, 2, fault_seed=1))
+    report = tmp_path / "report"
+    result = launch(spec, "--report", report, "--quiet")
+    t_end = time.time()
+    assert result.returncode == 1, result.stderr
+    assert "env worker died during construction without a traceback" in result.stderr
+    assert "at subcollector 0, worker 1" in result.stderr
+    assert_no_bare_traceback(result.stderr)
+    assert_torn_down(report, t_end)
+
+
+def test_worker_hanging_past_the_startup_deadline_deaf_to_sigterm(tmp_path):
+    spec = write(tmp_path / "hang.yaml", user_spec("faulty:hanging", 1, 2, fault_seed=1, ignore_sigterm=True))
+    report = tmp_path / "report"
+    result = launch(spec, "--report", report, "--quiet", "--startup-timeout", "30")
+    t_end = time.time()
+    assert result.returncode == 1, result.stderr
+    assert "startup deadline of 30s passed" in result.stderr
+    hung = re.search(r"sub0/w1 constructing for [\d.]+s \(pid (\d+)\)", result.stderr)
+    assert hung, result.stderr
+    assert_no_bare_traceback(result.stderr)
+    s = assert_torn_down(report, t_end)
+    assert s["launch"]["startup_timeout_s"] == 30
+    assert int(hung.group(1)) in s["processes"]["killed"]  # it ignored SIGTERM: SIGKILL was needed
+
+
+def _start(tmp_path, spec: dict, *args) -> tuple[subprocess.Popen, object]:
+    report = tmp_path / "report"
+    proc = subprocess.Popen(command(write(tmp_path / "spec.yaml", spec), "--report", report, "--quiet", *args),
+                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, report
+
+
+def _markers(report, name: str) -> list[dict]:
+    try:
+        return [m for m in records(report, "markers") if m["name"] == name]
+    except ValueError:  # no run directory yet
+        return []
+
+
+def _event(report, name: str) -> bool:
+    try:
+        return any(e["name"] == name for e in records(report, "events"))
+    except ValueError:
+        return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_during_startup(tmp_path, signum):
+    proc, report = _start(tmp_path, user_spec("faulty:hanging", 1, 2))
+    wait_for(lambda: len(_markers(report, "started")) == 2, what="both workers constructing")
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=HANG_GUARD_S)
+    t_end = time.time()
+    assert proc.returncode == 128 + signum, err
+    assert f"interrupted by {signal.Signals(signum).name}" in err
+    assert_no_bare_traceback(err)
+    assert_torn_down(report, t_end)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_during_collection_closes_every_env(tmp_path, signum):
+    proc, report = _start(tmp_path, toy_spec(2, 2), "--batches", str(10**9))
+    wait_for(lambda: _event(report, "batch"), what="the first batch")
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=HANG_GUARD_S)
+    t_end = time.time()
+    assert proc.returncode == 128 + signum, err
+    assert_no_bare_traceback(err)
+    s = assert_torn_down(report, t_end)
+    assert s["env_closes"] == {"constructed": 4, "closed": 4}  # the collector shut down gracefully
+    assert s["processes"]["left_behind"] == []
+
+
+def test_subcollector_killed_during_collection(tmp_path):
+    proc, report = _start(tmp_path, toy_spec(2, 2), "--batches", str(10**9))
+    wait_for(lambda: _event(report, "batch"), what="the first batch")
+    (victim,) = [m["pid"] for m in _markers(report, "subcollector") if m["index"] == 0]
+    os.kill(victim, signal.SIGKILL)
+    _, err = proc.communicate(timeout=HANG_GUARD_S)
+    t_end = time.time()
+    assert proc.returncode == 1, err
+    assert f"subcollector process ended unexpectedly (pid {victim})" in err and "at subcollector 0" in err
+    assert_no_bare_traceback(err)
+    assert_torn_down(report, t_end)

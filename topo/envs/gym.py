@@ -1,0 +1,9 @@
+"""``gym``: a gymnasium id through torchrl's GymEnv, built from the plan's ``env`` dict as is."""
+from __future__ import annotations
+
+
+def build(env: dict, render_gpu: int | None = None):
+    """``GymEnv(**env)``, e.g. ``{"env_name": "HalfCheetah-v5"}``."""
+    from torchrl.envs import GymEnv
+
+    return GymEnv(**env)

@@ -1,0 +1,9 @@
+"""``toy``: torchrl's ToyVLAEnv built from the plan's ``env`` dict as is."""
+from __future__ import annotations
+
+
+def build(env: dict, render_gpu: int | None = None):
+    """``ToyVLAEnv(**env)``; ``env`` holds instruction, group_id_offset, group_repeats and shared kwargs."""
+    from torchrl.envs import ToyVLAEnv
+
+    return ToyVLAEnv(**env)

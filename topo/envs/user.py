@@ -1,0 +1,9 @@
+"""A user factory: ``env = {"factory": "package.module:callable", "kwargs": {...}}``."""
+from __future__ import annotations
+
+
+def build(env: dict, render_gpu: int | None = None):
+    """``callable(**env["kwargs"])``; the kwargs already carry the worker's assignment (render_gpu included)."""
+    from topo.worker import import_builder
+
+    return import_builder(env["factory"])(**env.get("kwargs", {}))

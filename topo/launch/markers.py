@@ -1,0 +1,107 @@
+"""The run directory: markers that launched processes write, and the start-slot semaphore.
+
+``topo launch`` sets ``TOPO_RUN_DIR`` (and ``TOPO_MAX_CONCURRENT_STARTS`` when opted in) in its
+environment; spawned subcollectors and env workers inherit it, so the plan kwargs stay exact.
+Each marker is one small JSON file, written atomically: the supervisor reads progress from them and
+the report counts constructions and closes from them. Imports neither torch nor torchrl.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+import uuid
+from typing import Any, Iterator
+
+RUN_DIR_VAR = "TOPO_RUN_DIR"
+SLOTS_VAR = "TOPO_MAX_CONCURRENT_STARTS"
+
+
+class RunDir:
+    """Writer and reader of ``<run dir>/markers`` (and ``events``, written by the collector process)."""
+
+    def __init__(self, path: str):
+        self.path = os.fspath(path)
+        self._seen: set[str] = set()
+
+    @classmethod
+    def current(cls) -> RunDir | None:
+        """The run directory of the launch this process belongs to, or None outside ``topo launch``."""
+        path = os.environ.get(RUN_DIR_VAR)
+        return cls(path) if path else None
+
+    def write(self, folder: str, name: str, **fields: Any) -> None:
+        """Atomically write ``{name, pid, ppid, time, **fields}`` as a new file under ``folder``."""
+        where = os.path.join(self.path, folder)
+        os.makedirs(where, exist_ok=True)
+        record = {"name": name, "pid": os.getpid(), "ppid": os.getppid(), "time": time.time(), **fields}
+        final = os.path.join(where, f"{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.json")
+        tmp = final + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(record, f)
+        os.replace(tmp, final)
+
+    def marker(self, name: str, **fields: Any) -> None:
+        self.write("markers", name, **fields)
+
+    def event(self, name: str, **fields: Any) -> None:
+        self.write("events", name, **fields)
+
+    def read_new(self, folder: str) -> list[dict]:
+        """Records under ``folder`` not returned by an earlier call, oldest first."""
+        where = os.path.join(self.path, folder)
+        if not os.path.isdir(where):
+            return []
+        fresh = []
+        for entry in os.scandir(where):
+            if entry.name.endswith(".json") and entry.path not in self._seen:
+                self._seen.add(entry.path)
+                with open(entry.path) as f:
+                    fresh.append(json.load(f))
+        return sorted(fresh, key=lambda r: r["time"])
+
+    @contextlib.contextmanager
+    def start_slot(self) -> Iterator[None]:
+        """Hold one of ``TOPO_MAX_CONCURRENT_STARTS`` file-lock slots (no limit when unset).
+
+        ``flock`` locks die with their process, so a crashed worker never leaks a slot.
+        """
+        slots = int(os.environ.get(SLOTS_VAR) or 0)
+        if slots <= 0:
+            yield
+            return
+        where = os.path.join(self.path, "slots")
+        os.makedirs(where, exist_ok=True)
+        files = [open(os.path.join(where, f"slot-{i}.lock"), "a") for i in range(slots)]
+        try:
+            while not any(_try_lock(f) for f in files):
+                time.sleep(0.05)
+            yield
+        finally:
+            for f in files:
+                f.close()  # closing releases the lock
+
+
+def _try_lock(f) -> bool:
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def record_close(env: Any, run: RunDir, worker: dict) -> None:
+    """Make ``env.close()`` write a ``closed`` marker after it returns (an instance attribute, no subclass)."""
+    original = env.close
+
+    def close(*args: Any, **kwargs: Any) -> Any:
+        started = time.monotonic()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            run.marker("closed", worker=worker, seconds=time.monotonic() - started)
+            env.__dict__.pop("close", None)  # close once; later calls (``__del__``) go to the class
+
+    env.close = close

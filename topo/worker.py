@@ -1,0 +1,51 @@
+"""The one env-worker factory. ``ParallelEnv`` calls ``make_env(**row["kwargs"])`` inside each worker."""
+from __future__ import annotations
+
+import importlib
+import time
+import traceback
+from typing import Any
+
+from .launch.markers import RunDir, record_close
+
+
+def import_builder(path: str):
+    """``"package.module:function"`` to the function."""
+    module, _, name = path.partition(":")
+    target: Any = importlib.import_module(module)
+    for part in name.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: int | None = None,
+             worker: dict | None = None, backend: str | None = None):
+    """Build one env from a plan row's kwargs: ``builder(env, render_gpu=...)``, then ``set_seed(seed)``.
+
+    ``backend`` names the env family (informational); ``worker`` locates the row in the plan.
+
+    Under ``topo launch`` it also writes ``started``/``constructed``/``failed``/``closed`` markers and
+    waits for a start slot when ``max_concurrent_starts`` is set.
+    """
+    run = RunDir.current()
+    if run is None:
+        return _build(builder, env, seed, render_gpu)
+    where = dict(worker or {})
+    with run.start_slot():
+        run.marker("started", worker=where)
+        started = time.monotonic()
+        try:
+            instance = _build(builder, env, seed, render_gpu)
+        except BaseException:
+            run.marker("failed", worker=where, traceback=traceback.format_exc())
+            raise
+    run.marker("constructed", worker=where, seed=seed, seconds=time.monotonic() - started)
+    record_close(instance, run, where)
+    return instance
+
+
+def _build(builder: str, env: dict, seed: int | None, render_gpu: int | None):
+    instance = import_builder(builder)(dict(env), render_gpu=render_gpu)
+    if seed is not None:
+        instance.set_seed(seed)
+    return instance
