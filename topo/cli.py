@@ -14,6 +14,7 @@ from .errors import SpecError, TopoError
 LAZY_COMMANDS = {
     "launch": "topo.launch.command:launch",
     "doctor": "topo.doctor:doctor",
+    "bench": "topo.bench.command:bench",
 }
 
 
@@ -50,6 +51,8 @@ def main():
     topo plan SPEC --dry-run    the per-worker assignment and its coverage
     topo plan SPEC -o plan.json save the plan that launch will run
     topo launch SPEC|PLAN       run it: nested collectors, worker metadata, report
+    topo doctor SPEC            can this host run it (GL, assets, devices, memory)?
+    topo bench SPEC             startup of each way to build it, against the limit
     """
 
 

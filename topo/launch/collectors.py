@@ -12,12 +12,14 @@ from typing import Any
 from .markers import RunDir
 
 
-def subcollector_env(index: int, rows: list[dict], start_method: str, metadata_from_workers: bool = True,
-                     use_buffers: bool = False):
+def subcollector_env(index: int, rows: list[dict], start_method: str, launch: dict[str, Any]):
     """The env of subcollector ``index``: ``ParallelEnv`` over ``topo.worker.make_env``, one row per worker.
 
     Module-level so that its ``functools.partial`` over plain data pickles with any start method.
     ``serial_for_single`` stays off: a one-worker subcollector keeps its env in a worker process.
+    ``launch["construction"]`` other than ``workers`` rebuilds how people do it today, for
+    ``topo bench``: ``homogeneous`` (one factory + kwargs, torchrl's default metadata: one env in this
+    process) and ``legacy`` (one distinct callable per worker: every env once more in this process).
     """
     from torchrl.envs import ParallelEnv
 
@@ -26,24 +28,30 @@ def subcollector_env(index: int, rows: list[dict], start_method: str, metadata_f
     run = RunDir.current()
     if run is not None:
         run.marker("subcollector", index=index, start_method=multiprocessing.get_start_method())
+    if start_method == "forkserver" and launch.get("preload"):
+        # the server imports these once; every worker it forks skips them (nothing here creates GL/CUDA state)
+        multiprocessing.get_context("forkserver").set_forkserver_preload(list(launch["preload"]))
+    construction = launch.get("construction", "workers")
+    kwargs = [row["kwargs"] for row in rows]
+    if construction == "legacy":
+        return ParallelEnv(len(rows), [functools.partial(make_env, **kw) for kw in kwargs], mp_start_method=start_method)
+    if construction == "homogeneous":
+        return ParallelEnv(len(rows), make_env, create_env_kwargs=kwargs, mp_start_method=start_method)
     return ParallelEnv(
         len(rows),
         make_env,
-        create_env_kwargs=[row["kwargs"] for row in rows],
-        metadata_from_workers=metadata_from_workers,
-        use_buffers=use_buffers,
+        create_env_kwargs=kwargs,
+        metadata_from_workers=launch.get("metadata_from_workers", True),
+        use_buffers=launch.get("use_buffers", False),
         mp_start_method=start_method,
     )
 
 
 def env_factories(plan: dict[str, Any]) -> list[functools.partial]:
     """One picklable env factory per subcollector."""
-    launch = plan["launch"]
     return [
-        functools.partial(
-            subcollector_env, sub["index"], sub["workers"], plan["start_methods"]["workers"],
-            launch.get("metadata_from_workers", True), launch.get("use_buffers", False),
-        )
+        functools.partial(subcollector_env, sub["index"], sub["workers"], plan["start_methods"]["workers"],
+                          dict(plan["launch"]))
         for sub in plan["subcollectors"]
     ]
 

@@ -1,0 +1,68 @@
+"""Run one bench measurement: a full ``topo launch`` of a plan variant, or one worker alone.
+
+Each launch is the real command in a subprocess (ready, first batch, shutdown, report), sampled for
+the resident memory of its whole process tree while it runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import psutil
+
+SAMPLE_S = 0.25
+
+
+def launch(plan_path: str, out_dir: str, batches: int, extra: list[str]) -> dict[str, Any]:
+    """``topo launch PLAN --report OUT_DIR``; returns the summary plus wall time and peak tree memory."""
+    os.makedirs(out_dir, exist_ok=True)
+    command = [sys.executable, "-m", "topo.cli", "launch", plan_path, "--report", out_dir, "--quiet",
+               "--batches", str(batches), *extra]
+    with open(os.path.join(out_dir, "command.json"), "w") as f:
+        json.dump({"argv": command, "cwd": os.getcwd()}, f, indent=1)
+    started = time.perf_counter()
+    with open(os.path.join(out_dir, "launch.log"), "w") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        peak_rss = peak_procs = 0
+        while proc.poll() is None:
+            rss, count = _tree(proc.pid)
+            peak_rss, peak_procs = max(peak_rss, rss), max(peak_procs, count)
+            time.sleep(SAMPLE_S)
+    wall = time.perf_counter() - started
+    summary_path = os.path.join(out_dir, "summary.json")
+    summary = None
+    if os.path.exists(summary_path):
+        with open(summary_path) as f:
+            summary = json.load(f)
+    return {"exit_code": proc.returncode, "wall_s": wall, "peak_rss_gb": peak_rss / 1024**3,
+            "peak_tree_processes": peak_procs, "summary": summary, "dir": out_dir}
+
+
+def single(plan_path: str) -> dict[str, Any]:
+    """One worker alone in a fresh process: process start + imports + construction + first reset."""
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "topo.bench.single", plan_path], capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"single-worker measurement failed:\n{done.stderr[-2000:]}")
+    phases = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"wall_s": wall, **phases}
+
+
+def _tree(pid: int) -> tuple[int, int]:
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0, 0
+    rss = 0
+    for p in procs:
+        try:
+            rss += p.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return rss, len(procs)
