@@ -67,11 +67,22 @@ def summary(outcome: Outcome) -> dict[str, Any]:
         "env_closes": {"constructed": sum(len(w.constructions) for w in workers),
                        "closed": sum(w.closes for w in workers)},
         "first_batch": observe.check(plan, state.batches),
+        "render_devices": _render_devices(workers),
         "seeds": {"checked": sum(1 for w in workers if w.constructed),
                   "mismatches": [{"subcollector": w.subcollector, "worker": w.index, "planned": w.row["seed"],
                                   "applied": w.seed} for w in workers if w.constructed and w.seed != w.row["seed"]]},
         "plan": plan,
     }
+
+
+def _render_devices(workers) -> list[dict]:
+    """Each distinct device the builders resolved, with the workers on it (planned CUDA index vs. EGL device)."""
+    seen: dict[str, dict] = {}
+    for w in workers:
+        if w.render_device:
+            key = json.dumps(w.render_device, sort_keys=True)
+            seen.setdefault(key, {**w.render_device, "planned": w.row["render_gpu"], "workers": 0})["workers"] += 1
+    return list(seen.values())
 
 
 def _peak_concurrent(workers) -> int:
@@ -124,6 +135,9 @@ def human(s: dict) -> str:
         f"{p['subcollector_exit_codes']}, peak descendants {p['peak_descendants']}",
         f"  left behind {len(p['left_behind'])}, alive after {len(p['alive_after'])}",
     ]
+    for d in s.get("render_devices") or []:
+        gpu = "cpu" if d.get("planned") is None else f"cuda {d['planned']} -> egl {d.get('egl_device')}"
+        lines.append(f"  render: {d.get('gl')} {gpu}, {d.get('renderer')}: {d['workers']} worker(s)")
     checks = Counter(entry["status"] for entry in s["first_batch"])
     lines.append("  first batch vs plan: " + ", ".join(f"{n} {status}" for status, n in sorted(checks.items()))
                  + (f"; seeds: {len(s['seeds']['mismatches'])} mismatch(es) of {s['seeds']['checked']}"))

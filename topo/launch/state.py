@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import processes
-from .markers import RunDir
+from .markers import HOST, RunDir
 
 
 class Phase(enum.Enum):
@@ -31,6 +31,7 @@ class Worker:
     closed: float | None = None
     failed: str | None = None  # the builder's traceback
     seed: Any = None
+    render_device: dict | None = None  # what the builder resolved (GL backend, CUDA and EGL device, renderer)
     build_s: float | None = None
     close_s: float | None = None
     constructions: list[tuple[int, float]] = field(default_factory=list)  # (pid, time), one expected
@@ -75,19 +76,23 @@ class LaunchState:
                 self.tracked.add(pid, "other")
 
     def _marker(self, m: dict) -> None:
+        local = m.get("host", HOST) == HOST  # a Ray actor or worker on another node: not tracked by pid here
         if m["name"] == "subcollector":
             self.subcollector_pids.setdefault(m["index"], m["pid"])
             self.subcollector_start_methods.setdefault(m["index"], m["start_method"])
-            self.tracked.add(m["pid"], "subcollector")
+            if local:
+                self.tracked.add(m["pid"], "subcollector")
             return
         w = self.workers.get((m["worker"].get("subcollector"), m["worker"].get("index")))
         if w is None:
             return
         if m["name"] == "started":
             w.pid, w.started = m["pid"], m["time"]
-            self.tracked.add(m["pid"], "worker")
+            if local:
+                self.tracked.add(m["pid"], "worker")
         elif m["name"] == "constructed":
             w.constructed, w.seed, w.build_s = m["time"], m["seed"], m["seconds"]
+            w.render_device = m.get("render_device")
             w.constructions.append((m["pid"], m["time"]))
         elif m["name"] == "failed":
             w.failed = m["traceback"]
@@ -106,8 +111,8 @@ class LaunchState:
         return "worker"
 
     def died_at(self, pid: int) -> float | None:
-        """When ``pid`` was first seen dead (None while alive); stamped on each call."""
-        if self.tracked.is_alive(pid):
+        """When ``pid`` was first seen dead (None while alive, or not tracked here); stamped on each call."""
+        if pid not in self.tracked.procs or self.tracked.is_alive(pid):
             return None
         return self._dead_since.setdefault(pid, time.time())
 
