@@ -141,6 +141,12 @@ def human(s: dict) -> str:
     checks = Counter(entry["status"] for entry in s["first_batch"])
     lines.append("  first batch vs plan: " + ", ".join(f"{n} {status}" for status, n in sorted(checks.items()))
                  + (f"; seeds: {len(s['seeds']['mismatches'])} mismatch(es) of {s['seeds']['checked']}"))
+    for entry in s["first_batch"]:
+        seen = entry.get("instructions") or []
+        if seen:
+            groups = entry.get("groups") or []
+            lines.append(f"    sub{entry['subcollector']} [{entry['status']}] groups {groups}: "
+                         + "; ".join(repr(text) for text in seen))
     return "\n".join(lines)
 
 
