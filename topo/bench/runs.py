@@ -25,6 +25,7 @@ def launch(plan_path: str, out_dir: str, batches: int, extra: list[str]) -> dict
     with open(os.path.join(out_dir, "command.json"), "w") as f:
         json.dump({"argv": command, "cwd": os.getcwd()}, f, indent=1)
     started = time.perf_counter()
+    load_before = os.getloadavg()[0]
     with open(os.path.join(out_dir, "launch.log"), "w") as log:
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         peak_rss = peak_procs = 0
@@ -39,6 +40,7 @@ def launch(plan_path: str, out_dir: str, batches: int, extra: list[str]) -> dict
         with open(summary_path) as f:
             summary = json.load(f)
     return {"exit_code": proc.returncode, "wall_s": wall, "peak_rss_gb": peak_rss / 1024**3,
+            "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
             "peak_tree_processes": peak_procs, "summary": summary, "dir": out_dir}
 
 
