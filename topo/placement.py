@@ -189,12 +189,19 @@ def _paper_check(spec: Spec, requests: list[Resources], kinds: list[Node]) -> li
     where = pack(requests, kinds)
     homeless = [c for c, n in enumerate(where) if n is None]
     if homeless:
-        total = {key: sum(getattr(r, key) or 0 for r in requests) for key in ("cpus", "gpus", "memory_gb")}
-        cap = {key: sum((kind.capacity(key) or 0) * kind.count for kind in kinds) for key in ("cpus", "gpus", "memory_gb")}
-        arithmetic = ", ".join(f"{key} {total[key]:g} asked / {cap[key]:g} declared" for key in total if cap[key])
-        out.append(error("placement-unsatisfiable", f"subcollector(s) {_ranges(homeless)} fit on no node once the others are "
-                         f"placed ({arithmetic})", path, "declare more nodes, or ask for less per subcollector"))
+        keys = ["cpus", "gpus", "memory_gb"] + sorted({k for r in requests for k, _ in r.custom})
+        total = {key: sum(_amount(r, key) for r in requests) for key in keys}
+        cap = {key: sum((kind.capacity(key) or 0) * kind.count for kind in kinds) for key in keys}
+        arithmetic = ", ".join(f"{key} {total[key]:g} asked / {cap[key]:g} declared" for key in keys if total[key])
+        out.append(error("placement-unsatisfiable", f"subcollector(s) {_ranges(homeless)} fit on no node once the others "
+                         f"are placed ({arithmetic})", path, "declare more nodes, or ask for less per subcollector"))
     return out
+
+
+def _amount(r: Resources, key: str) -> float:
+    if key in ("cpus", "gpus", "memory_gb"):
+        return getattr(r, key) or 0
+    return dict(r.custom).get(key, 0)
 
 
 def _shortfall(r: Resources, kinds: list[Node]) -> str:

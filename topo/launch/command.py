@@ -55,9 +55,10 @@ def _resolve(source: str, assignments: tuple[str, ...], spec_path: str | None, q
     elif check_fresh(plan, spec_path) is None and not quiet:
         click.echo(f"note: spec {(plan.get('spec') or {}).get('path')!r} not found: the plan was not checked against it"
                    " (pass --spec)", err=True)
-    engine = (plan.get("placement") or {}).get("engine", "local")
-    if engine != "local":
-        raise click.UsageError(f"placement engine {engine!r}: topo launch runs every subcollector on this machine")
+    if (plan.get("placement") or {}).get("engine", "local") == "ray":
+        from .ray_collector import check_reachable
+
+        check_reachable(plan["placement"])
     return plan
 
 

@@ -11,12 +11,14 @@ import contextlib
 import fcntl
 import json
 import os
+import socket
 import time
 import uuid
 from typing import Any, Iterator
 
 RUN_DIR_VAR = "TOPO_RUN_DIR"
 SLOTS_VAR = "TOPO_MAX_CONCURRENT_STARTS"
+HOST = socket.gethostname()  # a pid means something only on the host that wrote it (Ray nodes)
 
 
 class RunDir:
@@ -33,10 +35,10 @@ class RunDir:
         return cls(path) if path else None
 
     def write(self, folder: str, name: str, **fields: Any) -> None:
-        """Atomically write ``{name, pid, ppid, time, **fields}`` as a new file under ``folder``."""
+        """Atomically write ``{name, pid, ppid, host, time, **fields}`` as a new file under ``folder``."""
         where = os.path.join(self.path, folder)
         os.makedirs(where, exist_ok=True)
-        record = {"name": name, "pid": os.getpid(), "ppid": os.getppid(), "time": time.time(), **fields}
+        record = {"name": name, "pid": os.getpid(), "ppid": os.getppid(), "host": HOST, "time": time.time(), **fields}
         final = os.path.join(where, f"{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.json")
         tmp = final + ".tmp"
         with open(tmp, "w") as f:

@@ -4,6 +4,8 @@ The supervisor starts it in a new session, so one process-group kill reaches eve
 env worker, orphaned or not. It builds the plan's collector, collects the requested batches, records
 what the first batches show, shuts the collector down within the budget and reports each step as an
 event in the run directory. SIGINT/SIGTERM interrupt it (once) into that same shutdown.
+With ``placement.engine: ray`` it is the Ray driver: the subcollectors are actors outside its session
+(:mod:`topo.launch.ray_collector`).
 """
 from __future__ import annotations
 
@@ -35,8 +37,13 @@ def main(run_dir: str) -> int:
         signal.signal(signum, _interrupt)
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
 
-    from .collectors import make_collector
     from .observe import observe_batch
+
+    if (plan.get("placement") or {}).get("engine", "local") == "ray":
+        from .ray_collector import make_collector, shutdown
+    else:
+        from .collectors import make_collector
+        shutdown = _shutdown_local
 
     sync = plan["collector"]["sync"]
     # an async batch is one (unnamed) subcollector's: look at enough of them to see every subcollector
@@ -61,9 +68,15 @@ def main(run_dir: str) -> int:
     finally:
         if collector is not None:
             started = time.time()
-            collector.shutdown(timeout=job["shutdown_timeout"], raise_on_error=False)
-            run.event("shutdown", started=started, exit_codes=[p.exitcode for p in collector.procs])
+            exit_codes = shutdown(collector, job["shutdown_timeout"])
+            run.event("shutdown", started=started, exit_codes=exit_codes)
     return code
+
+
+def _shutdown_local(collector, timeout: float) -> list[int | None]:
+    """Close the multi collector's envs and subcollector processes; their exit codes."""
+    collector.shutdown(timeout=timeout, raise_on_error=False)
+    return [p.exitcode for p in collector.procs]
 
 
 def _interrupt(signum, frame):

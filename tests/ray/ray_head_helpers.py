@@ -1,0 +1,83 @@
+"""A throwaway local Ray cluster for the Ray launch tests: ``ray start --head --block``, stopped by its pid.
+
+Not ``ray stop``: that ends every Ray process of this user on the machine, not only this cluster's.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+RAY = Path(sys.executable).with_name("ray")
+# token auth stays off for this private cluster and its drivers, whatever ~/.ray/auth_token holds
+ENV = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+PORT_FLAGS = ("port", "ray-client-server-port", "dashboard-port", "dashboard-agent-listen-port",
+              "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RayHead:
+    """One head node on 127.0.0.1 with ``cpus`` CPUs and its own ports and temp dir."""
+
+    def __init__(self, cpus: int = 2, timeout: float = 60.0):
+        # Ray's unix sockets live under the temp dir: keep its path short (pytest's tmp_path is too long)
+        self.temp_dir = tempfile.mkdtemp(prefix="topo-ray-")
+        ports = {flag: free_port() for flag in PORT_FLAGS}
+        self.address = f"127.0.0.1:{ports['port']}"
+        self.log = Path(self.temp_dir, "head.log")
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [str(RAY), "start", "--head", "--block", f"--num-cpus={cpus}", "--include-dashboard=false",
+                 "--disable-usage-stats", "--node-ip-address=127.0.0.1", f"--temp-dir={self.temp_dir}",
+                 *(f"--{flag}={port}" for flag, port in ports.items())],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=ENV, cwd=self.temp_dir,
+                start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while f"/{cpus}.0 CPU" not in self._status():  # the node has registered its CPUs
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                tail = self.log.read_text()[-2000:]
+                self.stop()
+                raise RuntimeError(f"ray head did not start: {tail}")
+            time.sleep(0.5)
+
+    def _status(self) -> str:
+        result = subprocess.run([str(RAY), "status", f"--address={self.address}"], capture_output=True, text=True,
+                                env=ENV)
+        return result.stdout if result.returncode == 0 else ""
+
+    def stop(self, grace: float = 30.0) -> None:
+        """SIGTERM the head (it stops its node's processes), then SIGKILL what is left of its process group."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                pass
+        left = [p for p in psutil.process_iter() if _pgid(p.pid) == self.proc.pid]
+        for p in left:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(left, timeout=5)
+        self.proc.wait()
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
