@@ -79,6 +79,7 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
             "max_concurrent_starts": spec.max_concurrent_starts,
             "metadata_from_workers": spec.metadata_from_workers,
             "use_buffers": spec.use_buffers,
+            "preload": preload_modules(backend.builder) if spec.start_workers == "forkserver" and spec.preload else None,
         },
         "groups": {
             "size": spec.groups.size, "candidate_size": spec.groups.candidate_size,
@@ -90,6 +91,11 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
     }
     plan["coverage"] = coverage(plan)
     return plan
+
+
+def preload_modules(builder: str) -> list[str]:
+    """What a forkserver imports once for its env workers; none of it creates a GL or CUDA context on import."""
+    return ["torch", "torchrl.envs", "topo.worker", builder.partition(":")[0]]
 
 
 def rows(plan: dict[str, Any]):

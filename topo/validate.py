@@ -390,6 +390,10 @@ def _start_methods(spec: Spec, backend: Backend | None) -> list[Diagnostic]:
         out.append(error("fork-with-rendering", f"env workers of {spec.backend!r} render with GL/EGL, which does not "
                          "survive fork (contexts broken in the child)", ("topology", "start_method", "workers"),
                          "use spawn or forkserver"))
+    written = (spec.raw["topology"].get("start_method") or {})
+    if written.get("preload") and spec.start_workers != "forkserver":
+        out.append(warning("preload-unused", f"preload only applies to forkserver env workers, not {spec.start_workers!r}",
+                           ("topology", "start_method", "preload"), "remove preload, or use workers: forkserver"))
     return out
 
 

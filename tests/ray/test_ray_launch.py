@@ -33,7 +33,8 @@ def toy_ray_spec(address: str, sync: bool = True) -> dict:
         "version": 1,
         "name": "toy-ray-2x2",
         "env": {"backend": "toy", "kwargs": {"success_steps": 4, "state_dim": 8}},
-        "topology": {"subcollectors": 2, "workers_per_subcollector": 2},
+        "topology": {"subcollectors": 2, "workers_per_subcollector": 2,
+                     "start_method": {"workers": "spawn"}},  # workers are then children of the actors
         "assignment": {"tasks": [0, 1], "instructions": {0: "push left", 1: "push right"},
                        "groups": {"size": 1, "candidate_size": 2}, "seeds": {"base": 100}},
         "placement": {"engine": "ray", "address": address, "resources": {"cpus": 1}},

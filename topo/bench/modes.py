@@ -16,14 +16,10 @@ import copy
 import os
 from typing import Any
 
+from ..plan import preload_modules
+
 MODES = ("legacy", "homogeneous", "workers", "forkserver", "forkserver-preload", "capped")
 BASELINE = "legacy"
-
-
-def preload_modules(plan: dict[str, Any]) -> list[str]:
-    """Heavy modules a forkserver may import once: none of them creates a GL or CUDA context on import."""
-    builder_module = plan["env"]["builder"].partition(":")[0]
-    return ["torch", "torchrl.envs", "topo.worker", builder_module]
 
 
 def variant(plan: dict[str, Any], mode: str, cap: int | None = None) -> dict[str, Any]:
@@ -42,7 +38,7 @@ def variant(plan: dict[str, Any], mode: str, cap: int | None = None) -> dict[str
         out["start_methods"]["workers"] = "forkserver"
     elif mode == "forkserver-preload":
         out["start_methods"]["workers"] = "forkserver"
-        launch["preload"] = preload_modules(plan)
+        launch["preload"] = preload_modules(plan["env"]["builder"])
     elif mode == "capped":
         launch["max_concurrent_starts"] = cap or os.cpu_count() or 2
     out["name"] = f"{plan['name']} [{mode}]"
