@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from . import __version__, placement
-from .assign import assign
+from .assign import GROUP_ID_OFFSET, assign
 from .coverage import coverage
 from .errors import SpecError
 from .load import Source
@@ -46,7 +46,7 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
                 "global_index": a.global_index,
                 "task_id": a.task_id,
                 "instruction": a.instruction,
-                "group": a.group_id_offset // 10**6,
+                "group": a.group_id_offset // GROUP_ID_OFFSET,
                 "group_id_offset": a.group_id_offset,
                 "group_repeats": a.group_repeats,
                 "group_id_mode": a.group_id_mode,

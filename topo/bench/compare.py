@@ -4,9 +4,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from ..launch.report import ROLES
 from .modes import BASELINE
-
-ROLES = ("top", "collector", "subcollector", "worker")
 
 
 def spread(values: list[float | None]) -> dict[str, float] | None:

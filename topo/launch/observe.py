@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-GROUP_BLOCK = 10**6  # group ids of one plan group lie in [group * 10**6, (group + 1) * 10**6)
+from ..assign import GROUP_ID_OFFSET as GROUP_BLOCK  # a plan group's ids lie in [group, group + 1) x this
 
 
 def observe_batch(batch: Any, sync: bool) -> list[dict]:
