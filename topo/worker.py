@@ -6,6 +6,7 @@ import time
 import traceback
 from typing import Any
 
+from . import gl
 from .launch.markers import RunDir, record_close
 
 
@@ -27,12 +28,14 @@ def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: in
     Under ``topo launch`` it also writes ``started``/``constructed``/``failed``/``closed`` markers and
     waits for a start slot when ``max_concurrent_starts`` is set.
     """
+    inherited_gl = gl.loaded_libraries()  # before the builder: from a parent (fork, forkserver) or an import
+    gl.release()
     run = RunDir.current()
     if run is None:
         return _build(builder, env, seed, render_gpu)
     where = dict(worker or {})
     with run.start_slot():
-        run.marker("started", worker=where)
+        run.marker("started", worker=where, inherited_gl=inherited_gl)
         started = time.monotonic()
         try:
             instance = _build(builder, env, seed, render_gpu)

@@ -56,9 +56,12 @@ def write(path: Path, spec: dict) -> Path:
 
 
 def subprocess_env(*paths: Path) -> dict:
-    """os.environ with this folder (and ``paths``) on PYTHONPATH, so spawned workers import test factories."""
+    """os.environ with this folder (and ``paths``) on PYTHONPATH, so spawned workers import test factories.
+
+    ``MUJOCO_GL=egl``, as a user who renders sets it: no parent of an env worker may open a display from it.
+    """
     parts = [str(p) for p in (HERE, *paths)] + [p for p in [os.environ.get("PYTHONPATH")] if p]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(parts)}
+    return {**os.environ, "MUJOCO_GL": "egl", "PYTHONPATH": os.pathsep.join(parts)}
 
 
 def command(*args: Any) -> list[str]:

@@ -42,6 +42,9 @@ def assert_clean_launch(report, plan: dict, t_end: float) -> dict:
     for m in built:
         assert m["seed"] == rows[m["worker"]["subcollector"], m["worker"]["index"]]["seed"]
     assert s["seeds"]["mismatches"] == []
+    assert s["inherited_gl"] == {"workers": 0, "libraries": []}  # MUJOCO_GL=egl, yet no display in a parent
+    assert 0 < s["timings_s"]["subcollectors_up"] < s["timings_s"]["all_ready"]
+    assert all(m["inherited_gl"] == [] for m in markers if m["name"] == "started")
     assert len([m for m in markers if m["name"] == "closed"]) == n
     assert s["env_closes"] == {"constructed": n, "closed": n}
     assert s["processes"]["subcollector_exit_codes"] == [0] * len(plan["subcollectors"])

@@ -2,6 +2,7 @@
 factory's markers, and a torch-free command import."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -123,3 +124,17 @@ def test_make_env_applies_the_seed_without_a_run_directory(monkeypatch):
 def test_importing_the_command_imports_no_torch():
     code = "import sys, topo.launch.command; sys.exit('torch' in sys.modules or 'torchrl' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_make_env_gives_the_worker_the_users_gl_back(tmp_path, monkeypatch):
+    from topo import gl
+    from topo.worker import make_env
+
+    monkeypatch.setenv(RUN_DIR_VAR, str(tmp_path))
+    monkeypatch.setenv("MUJOCO_GL", "disable")  # as the collector process held it
+    monkeypatch.setenv(gl.HELD_VAR, "egl")
+    before = gl.loaded_libraries()
+    make_env(builder="topo.envs.toy:build", env={}, worker={"subcollector": 0, "index": 0}).close()
+    assert os.environ["MUJOCO_GL"] == "egl" and gl.HELD_VAR not in os.environ
+    (started,) = [m for m in RunDir(str(tmp_path)).read_new("markers") if m["name"] == "started"]
+    assert started["inherited_gl"] == before  # what this process had mapped before the builder ran

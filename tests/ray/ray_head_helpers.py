@@ -17,7 +17,7 @@ import psutil
 
 RAY = Path(sys.executable).with_name("ray")
 # token auth stays off for this private cluster and its drivers, whatever ~/.ray/auth_token holds
-ENV = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "MUJOCO_GL": "egl"}  # a cluster set up to render
 PORT_FLAGS = ("port", "ray-client-server-port", "dashboard-port", "dashboard-agent-listen-port",
               "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port")
 

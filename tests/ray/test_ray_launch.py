@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 import topo
+from topo import gl
 from topo.errors import LaunchError
 from topo.launch import ray_collector
 from topo.launch.markers import HOST, RUN_DIR_VAR, SLOTS_VAR, RunDir
@@ -80,9 +81,12 @@ def test_runtime_env_adds_topo_and_the_absolute_run_directory(monkeypatch, tmp_p
     monkeypatch.setenv(SLOTS_VAR, "4")
     plan = {"placement": {"runtime_env": {"env_vars": {"MUJOCO_GL": "egl"}, "py_modules": ["/mine"]}}}
     env = ray_collector.runtime_env(plan)
-    assert env["env_vars"] == {"MUJOCO_GL": "egl", RUN_DIR_VAR: str(tmp_path / "report/topo-run-x"), SLOTS_VAR: "4"}
+    assert env["env_vars"] == {"MUJOCO_GL": "disable", gl.HELD_VAR: "egl",  # held in the actor, egl for its workers
+                               RUN_DIR_VAR: str(tmp_path / "report/topo-run-x"), SLOTS_VAR: "4"}
     assert env["py_modules"] == ["/mine", str(Path(topo.__file__).parent)]
     assert plan["placement"]["runtime_env"]["py_modules"] == ["/mine"]  # the plan is left as it was
+    monkeypatch.setenv(gl.HELD_VAR, "osmesa")  # this collector process held the user's osmesa
+    assert ray_collector.runtime_env({"placement": {"runtime_env": {}}})["env_vars"][gl.HELD_VAR] == "osmesa"
 
 
 def test_pids_from_another_node_are_never_watched_here(tmp_path):
@@ -145,6 +149,7 @@ def assert_clean_remote_launch(s: dict, plan: dict, run_dir: Path) -> None:
     assert s["constructions"]["by_role"] == {"top": 0, "collector": 0, "subcollector": 0, "worker": 4}
     assert s["env_closes"] == {"constructed": 4, "closed": 4}
     assert s["seeds"] == {"checked": 4, "mismatches": []}
+    assert s["inherited_gl"] == {"workers": 0, "libraries": []}  # the actors held GL: no display before a builder
     actors = p["subcollector_pids"]
     assert None not in actors and len(set(actors)) == 2 and p["collector_pid"] not in actors
     records = [json.loads(f.read_text()) for f in (run_dir / "markers").glob("*.json")]

@@ -14,6 +14,9 @@ def main(plan_path: str) -> None:
     with open(plan_path) as f:
         plan = json.load(f)
     kwargs = plan["subcollectors"][0]["workers"][0]["kwargs"]
+    from topo import gl
+
+    gl.hold()  # as under topo launch: torchrl imported with GL held, released by make_env
     t0 = time.perf_counter()
     import torchrl.envs  # noqa: F401  (what every spawned worker imports)
 

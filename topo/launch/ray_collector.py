@@ -15,6 +15,7 @@ import socket
 import time
 from typing import Any, Iterator
 
+from .. import gl
 from ..errors import LaunchError
 from .markers import RUN_DIR_VAR, SLOTS_VAR
 
@@ -40,6 +41,8 @@ def check_reachable(placement: dict[str, Any]) -> None:
 def runtime_env(plan: dict[str, Any]) -> dict[str, Any]:
     """The plan's runtime_env, plus topo's package (so actors run this topo) and the ``TOPO_*`` env vars.
 
+    Actors hold GL off as the collector process does (:mod:`topo.gl`): ``MUJOCO_GL`` from the
+    runtime_env, else this process's, is what their env workers get back.
     ``TOPO_RUN_DIR`` reaches the actors and, inherited, their env workers: their markers land in the
     run directory when it is on a filesystem they share with this machine. It is made absolute: an
     actor's working directory is Ray's, not this process's.
@@ -48,7 +51,9 @@ def runtime_env(plan: dict[str, Any]) -> dict[str, Any]:
     ours = {var: os.environ[var] for var in (RUN_DIR_VAR, SLOTS_VAR) if os.environ.get(var)}
     if RUN_DIR_VAR in ours:
         ours[RUN_DIR_VAR] = os.path.abspath(ours[RUN_DIR_VAR])
-    env["env_vars"] = {**env.get("env_vars", {}), **ours}
+    given = env.get("env_vars", {})
+    ours.update(gl.held_env(given.get("MUJOCO_GL", gl.users_setting())))  # actors import torchrl with GL held
+    env["env_vars"] = {**given, **ours}
     package = os.path.dirname(importlib.util.find_spec("topo").origin)
     env["py_modules"] = [*env.get("py_modules", []), package]
     return env

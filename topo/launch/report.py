@@ -41,6 +41,12 @@ def summary(outcome: Outcome) -> dict[str, Any]:
         "constructions": {"by_role": {role: built.get(role, 0) for role in ROLES},
                           "expected": {"top": 0, "collector": 0, "subcollector": 0, "worker": len(workers)}},
         "timings_s": {
+            # the serial chain before any env worker can start: collector, then subcollector, imports
+            "subcollectors_up": (_since(state, max(state.subcollector_up.values()))
+                                 if len(state.subcollector_up) == len(plan["subcollectors"]) else None),
+            # every worker in its factory (process started, imports done), then every env built
+            "workers_started": _since(state, _last([w.started for w in workers])),
+            "workers_built": _since(state, _last([w.constructed for w in workers])),
             "all_ready": _since(state, ready and ready["time"]),
             "first_batch": _since(state, first and first["time"]),
             "worker_build": _stats([w.build_s for w in workers]),
@@ -68,6 +74,8 @@ def summary(outcome: Outcome) -> dict[str, Any]:
                        "closed": sum(w.closes for w in workers)},
         "first_batch": observe.check(plan, state.batches),
         "render_devices": _render_devices(workers),
+        "inherited_gl": {"workers": sum(1 for w in workers if w.inherited_gl),
+                         "libraries": sorted({lib for w in workers for lib in w.inherited_gl})},
         "seeds": {"checked": sum(1 for w in workers if w.constructed),
                   "mismatches": [{"subcollector": w.subcollector, "worker": w.index, "planned": w.row["seed"],
                                   "applied": w.seed} for w in workers if w.constructed and w.seed != w.row["seed"]]},
@@ -93,6 +101,10 @@ def _peak_concurrent(workers) -> int:
         level += step
         peak = max(peak, level)
     return peak
+
+
+def _last(times: list[float | None]) -> float | None:
+    return None if not times or None in times else max(times)
 
 
 def _since(state, t: float | None) -> float | None:
@@ -138,6 +150,10 @@ def human(s: dict) -> str:
     for d in s.get("render_devices") or []:
         gpu = "cpu" if d.get("planned") is None else f"cuda {d['planned']} -> egl {d.get('egl_device')}"
         lines.append(f"  render: {d.get('gl')} {gpu}, {d.get('renderer')}: {d['workers']} worker(s)")
+    inherited = s.get("inherited_gl") or {}
+    if inherited.get("workers"):
+        lines.append(f"  WARNING: {inherited['workers']} worker(s) had GL/CUDA libraries loaded before their builder ran "
+                     f"({', '.join(inherited['libraries'])}): state from a parent process, or from MUJOCO_GL at import")
     checks = Counter(entry["status"] for entry in s["first_batch"])
     lines.append("  first batch vs plan: " + ", ".join(f"{n} {status}" for status, n in sorted(checks.items()))
                  + (f"; seeds: {len(s['seeds']['mismatches'])} mismatch(es) of {s['seeds']['checked']}"))

@@ -17,6 +17,7 @@ import threading
 import time
 import traceback
 
+from .. import gl
 from .markers import RunDir
 
 
@@ -29,6 +30,7 @@ class _Signalled(BaseException):
 
 
 def main(run_dir: str) -> int:
+    gl.hold()  # before torch: no EGL display here, in the subcollectors or in a forkserver (topo.gl)
     run = RunDir(run_dir)
     with open(os.path.join(run_dir, "launch.json")) as f:
         job = json.load(f)

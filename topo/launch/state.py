@@ -32,6 +32,7 @@ class Worker:
     failed: str | None = None  # the builder's traceback
     seed: Any = None
     render_device: dict | None = None  # what the builder resolved (GL backend, CUDA and EGL device, renderer)
+    inherited_gl: list[str] = field(default_factory=list)  # GL/CUDA libraries mapped before the builder ran
     build_s: float | None = None
     close_s: float | None = None
     constructions: list[tuple[int, float]] = field(default_factory=list)  # (pid, time), one expected
@@ -50,6 +51,7 @@ class LaunchState:
                         for sub in plan["subcollectors"] for row in sub["workers"]}
         self.subcollector_pids: dict[int, int] = {}
         self.subcollector_start_methods: dict[int, str] = {}  # how each subcollector process was started
+        self.subcollector_up: dict[int, float] = {}  # when each subcollector, imports done, asked for its env workers
         self.events: dict[str, dict] = {}
         self.batches: list[dict] = []
         self.tracked = processes.Tracked()
@@ -80,6 +82,7 @@ class LaunchState:
         if m["name"] == "subcollector":
             self.subcollector_pids.setdefault(m["index"], m["pid"])
             self.subcollector_start_methods.setdefault(m["index"], m["start_method"])
+            self.subcollector_up.setdefault(m["index"], m["time"])
             if local:
                 self.tracked.add(m["pid"], "subcollector")
             return
@@ -87,7 +90,7 @@ class LaunchState:
         if w is None:
             return
         if m["name"] == "started":
-            w.pid, w.started = m["pid"], m["time"]
+            w.pid, w.started, w.inherited_gl = m["pid"], m["time"], m.get("inherited_gl") or []
             if local:
                 self.tracked.add(m["pid"], "worker")
         elif m["name"] == "constructed":
