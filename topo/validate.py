@@ -387,9 +387,11 @@ def _start_methods(spec: Spec, backend: Backend | None) -> list[Diagnostic]:
             out.append(error("start-method-unavailable", f"start method {method!r} is not available on this platform "
                              f"(available: {', '.join(available)})", ("topology", "start_method", role), "use spawn"))
     if backend is not None and spec.start_workers == "fork" and backend.uses_gl(spec.env_kwargs):
-        out.append(error("fork-with-rendering", f"env workers of {spec.backend!r} render with GL/EGL, which does not "
-                         "survive fork (contexts broken in the child)", ("topology", "start_method", "workers"),
-                         "use spawn or forkserver"))
+        out.append(warning("fork-with-rendering", f"env workers of {spec.backend!r} render with GL/EGL; forked, each "
+                           "starts as a copy of its subcollector: topo keeps GL out of it, but not the threads, pipes "
+                           "or CUDA state that other code there may hold", ("topology", "start_method", "workers"),
+                           "forkserver (the default) starts every worker clean, for one more import per subcollector; "
+                           "measure both on your node: topo bench SPEC --modes forkserver-preload,fork"))
     written = (spec.raw["topology"].get("start_method") or {})
     if written.get("preload") and spec.start_workers != "forkserver":
         out.append(warning("preload-unused", f"preload only applies to forkserver env workers, not {spec.start_workers!r}",

@@ -110,3 +110,15 @@ def test_task_coverage_boundary(total, tasks):
         assert found == ["task-coverage-uneven"]
     else:
         assert found == []
+
+
+def test_fork_for_rendering_workers_is_a_warning_with_the_way_to_measure():
+    data = libero(1, 2, tasks="0-1")
+    data["topology"]["start_method"] = {"workers": "fork"}
+    (found,) = [d for d in checked_of(data)[1].diagnostics if d.code == "fork-with-rendering"]
+    assert found.severity == "warning" and found.path == ("topology", "start_method", "workers")
+    assert "--modes forkserver-preload,fork" in found.hint
+    assert compile_dict(data)["start_methods"]["workers"] == "fork"
+    data["env"]["backend"] = "toy"
+    data["env"]["kwargs"] = {}
+    assert "fork-with-rendering" not in codes(data)  # toy renders nothing

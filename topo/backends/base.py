@@ -50,7 +50,7 @@ class Backend:
     name: str = ""
     #: runtime builder, imported inside the env worker: ``"module:function"``
     builder: str = ""
-    #: True when the env creates a GL/EGL context (``fork`` is refused for its workers)
+    #: True when the env creates a GL/EGL context (``fork`` for its workers is warned about)
     renders: bool = False
     #: shared kwargs whose value changes the tensor schema (must be equal in a subcollector)
     schema_keys: frozenset[str] = frozenset()
