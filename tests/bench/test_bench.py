@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -40,6 +41,8 @@ def test_variants_change_only_how_envs_are_built(plan):
     assert variant(plan, "forkserver")["launch"]["preload"] is None
     assert "torch" in variant(plan, "forkserver-preload")["launch"]["preload"]
     assert "topo.envs.toy" in variant(plan, "forkserver-preload")["launch"]["preload"]
+    assert variant(plan, "fork")["start_methods"]["workers"] == "fork"
+    assert variant(plan, "fork")["launch"]["preload"] is None
     assert variant(plan, "capped", cap=3)["launch"]["max_concurrent_starts"] == 3
     with pytest.raises(ValueError):
         variant(plan, "turbo")
@@ -67,7 +70,18 @@ def test_lower_bound_and_paired_ratios():
     assert result["modes"]["workers"]["speedup_vs_legacy_median"] == 2.0  # round 2 failed: not paired
     assert result["modes"]["workers"]["ratio_to_lower_bound"] == 1.0
     assert result["rounds"][1]["workers"]["speedup_vs_legacy"] is None
+    assert result["speedup_at_lower_bound"] == 1.75  # legacy's median ready 35.0 s / the bound 20.0 s
     assert "lower bound 20.0 s = 4 workers x 10.0 s" in compare.table(result)
+    assert "the lower bound would be 1.75x legacy" in compare.table(result)
+    for run in runs[:3]:  # the subcollectors were up 5.0 s after launch: workers could start no sooner
+        run["summary"]["timings_s"]["subcollectors_up"] = 5.0
+    result = compare.comparison(runs, singles, workers=4, cores=2, modes=["legacy", "workers"])
+    assert result["startup_chain_s"]["median"] == 5.0
+    assert result["modes"]["workers"]["phases_s"] == {"subcollectors_up": 5.0, "workers_started": None,
+                                                      "workers_built": None, "all_ready": 20.0}
+    assert "| workers | 5.0 | - | - | 20.0 |" in compare.phases(result)
+    assert result["speedup_at_lower_bound"] == 1.4  # 35.0 s / (5.0 s + 20.0 s)
+    assert "taking 5.0 s of collector and subcollector imports, then the lower bound" in compare.table(result)
 
 
 @pytest.mark.slow
@@ -76,14 +90,19 @@ def test_bench_every_mode_counts_constructions(tmp_path):
     spec.write_text(SPEC)
     out = tmp_path / "bench"
     done = subprocess.run([sys.executable, "-m", "topo.cli", "bench", str(spec), "--repeats", "1", "--cap", "1",
-                           "--out", str(out)], capture_output=True, text=True, timeout=900)
+                           "--out", str(out)], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "MUJOCO_GL": "egl"})
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((out / "comparison.json").read_text())
     built = {mode: result["modes"][mode]["constructions"] for mode in MODES}
     assert built["legacy"] == {"top": 0, "collector": 0, "subcollector": 4, "worker": 4}
     assert built["homogeneous"] == {"top": 0, "collector": 0, "subcollector": 2, "worker": 4}
-    for mode in ("workers", "forkserver", "forkserver-preload", "capped"):
+    for mode in ("workers", "forkserver", "forkserver-preload", "fork", "capped"):
         assert built[mode] == {"top": 0, "collector": 0, "subcollector": 0, "worker": 4}, mode
+        inherited = json.loads((out / "runs" / f"r01-{mode}" / "summary.json").read_text())["inherited_gl"]
+        assert inherited == {"workers": 0, "libraries": []}, mode
+    legacy = json.loads((out / "runs" / "r01-legacy" / "summary.json").read_text())["inherited_gl"]
+    assert legacy["workers"] == 4  # its subcollectors built envs, so their workers imported mujoco with MUJOCO_GL=egl
     for mode in MODES:
         assert result["modes"][mode]["ok"] == 1, mode
         assert result["modes"][mode]["lingering"] == 0, mode
@@ -93,3 +112,6 @@ def test_bench_every_mode_counts_constructions(tmp_path):
     assert forked["topology"]["start_methods"]["workers"] == "forkserver"
     assert (out / "startup.png").stat().st_size > 0
     assert "parent envs" in done.stdout and "legacy" in done.stdout
+    steps = result["modes"]["workers"]["phases_s"]  # each step after the one before, from real launches
+    assert 0 < steps["subcollectors_up"] < steps["workers_started"] < steps["workers_built"] <= steps["all_ready"]
+    assert "| workers |" in done.stdout

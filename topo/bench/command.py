@@ -72,6 +72,7 @@ def bench(spec, assignments, modes, repeats, cap, out_dir, batches, no_single):
     chart.draw(result, os.path.join(out_dir, "startup.png"),
                f"{plan['name']}: {shape} ({workers} workers), {repeats} round(s), {os.cpu_count()} cores")
     click.echo(compare.table(result))
+    click.echo("\nwhere startup goes (median seconds since launch):\n" + compare.phases(result))
     failed = [f"r{run['round']}-{run['mode']} (exit {run['exit_code']})" for run in results if run["exit_code"] != 0]
     if failed:
         click.echo(f"failed runs: {', '.join(failed)}; see {out_dir}/runs/*/launch.log", err=True)

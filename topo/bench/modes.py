@@ -8,6 +8,8 @@ Each mode is the same plan with a different ``launch.construction``, start metho
 - ``workers``: topo's launch, worker metadata, spawn;
 - ``forkserver`` / ``forkserver-preload``: the same with forkserver env workers, the latter with the
   server preloading torch, torchrl.envs and the backend's builder module;
+- ``fork``: env workers forked from their subcollector, which has torch and torchrl imported, has built
+  no env and, with GL held off there (:mod:`topo.gl`), has loaded no GL library;
 - ``capped``: ``workers`` with ``max_concurrent_starts``.
 """
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 from ..plan import preload_modules
 
-MODES = ("legacy", "homogeneous", "workers", "forkserver", "forkserver-preload", "capped")
+MODES = ("legacy", "homogeneous", "workers", "forkserver", "forkserver-preload", "fork", "capped")
 BASELINE = "legacy"
 
 
@@ -39,6 +41,8 @@ def variant(plan: dict[str, Any], mode: str, cap: int | None = None) -> dict[str
     elif mode == "forkserver-preload":
         out["start_methods"]["workers"] = "forkserver"
         launch["preload"] = preload_modules(plan["env"]["builder"])
+    elif mode == "fork":
+        out["start_methods"]["workers"] = "fork"
     elif mode == "capped":
         launch["max_concurrent_starts"] = cap or os.cpu_count() or 2
     out["name"] = f"{plan['name']} [{mode}]"
