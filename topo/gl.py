@@ -39,7 +39,12 @@ def users_setting() -> str | None:
 
 
 def release() -> None:
-    """In an env worker: the user's ``MUJOCO_GL`` back; mujoco's GL context class re-read if it was imported held."""
+    """In an env worker: the user's ``MUJOCO_GL`` back.
+
+    If mujoco was imported held, ``mujoco.GLContext`` is read again from it when first asked for, not
+    now: opening mujoco's own display is left to code that uses it (robosuite makes its own, on the
+    render device the builder picks).
+    """
     held = os.environ.pop(HELD_VAR, None)
     if held is None:
         return
@@ -48,10 +53,21 @@ def release() -> None:
     else:
         os.environ["MUJOCO_GL"] = held
     module = sys.modules.get("mujoco.gl_context")
-    if module is not None and not hasattr(module, "GLContext"):
-        importlib.reload(module)
-        if hasattr(module, "GLContext"):
-            sys.modules["mujoco"].GLContext = module.GLContext
+    if module is not None and "GLContext" not in vars(module):
+        module.__getattr__ = sys.modules["mujoco"].__getattr__ = _gl_context_on_demand
+
+
+def _gl_context_on_demand(name: str):
+    """Module ``__getattr__`` of mujoco and mujoco.gl_context while ``GLContext`` is unread."""
+    if name != "GLContext":
+        raise AttributeError(name)
+    module, package = sys.modules["mujoco.gl_context"], sys.modules["mujoco"]
+    del module.__getattr__, package.__getattr__
+    importlib.reload(module)  # reads MUJOCO_GL as it is now
+    if "GLContext" not in vars(module):
+        raise AttributeError(f"mujoco has no GL context with MUJOCO_GL={os.environ.get('MUJOCO_GL')!r}")
+    package.GLContext = module.GLContext
+    return module.GLContext
 
 
 def loaded_libraries() -> list[str]:

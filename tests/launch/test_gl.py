@@ -40,8 +40,10 @@ def test_importing_torchrl_opens_egl_unless_held(hold, loads_egl):
     assert (seen["MUJOCO_GL"], seen["held"]) == (("disable", "egl") if hold else ("egl", None))
 
 
-def test_release_gives_the_worker_its_gl_back():
-    after = "gl.release(); import mujoco, mujoco.egl; assert mujoco.GLContext is mujoco.egl.GLContext"
+def test_release_gives_the_worker_its_gl_back_when_asked_for():
+    after = ("gl.release(); released = gl.loaded_libraries(); import mujoco, mujoco.renderer\n"
+             "assert mujoco.GLContext is mujoco.gl_context.GLContext is sys.modules['mujoco.egl'].GLContext\n"
+             "assert released == [], released  # no display until something asks for mujoco's GL context")
     seen = probe(True, after, MUJOCO_GL="egl", **{gl.HELD_VAR: None})
     assert seen["before"] == [] and any(lib.startswith("libEGL") for lib in seen["after"])
     assert (seen["MUJOCO_GL"], seen["held"]) == ("egl", None)
@@ -62,3 +64,11 @@ def test_a_nested_hold_keeps_the_users_value(monkeypatch):
     assert os.environ["MUJOCO_GL"] == "osmesa" and gl.HELD_VAR not in os.environ
     gl.release()  # nothing held: no change
     assert os.environ["MUJOCO_GL"] == "osmesa"
+
+
+def test_a_user_who_disabled_gl_gets_a_clear_error_not_a_loop():
+    after = ("gl.release(); import mujoco\n"
+             "try:\n    mujoco.GLContext\nexcept AttributeError as err:\n    assert 'MUJOCO_GL' in str(err)\n"
+             "else:\n    raise SystemExit('a GL context with GL disabled')")
+    seen = probe(True, after, MUJOCO_GL="disable", **{gl.HELD_VAR: None})
+    assert seen["after"] == [] and seen["MUJOCO_GL"] == "disable"
