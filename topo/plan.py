@@ -94,7 +94,8 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
 
 
 def preload_modules(builder: str) -> list[str]:
-    """What a forkserver imports once for its env workers; none of it creates a GL or CUDA context on import."""
+    """What a forkserver imports once for its env workers; with GL held (:mod:`topo.gl`), none of it opens a
+    GL display or a CUDA context on import."""
     return ["torch", "torchrl.envs", "topo.worker", builder.partition(":")[0]]
 
 

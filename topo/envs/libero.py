@@ -98,9 +98,9 @@ def egl_devices() -> list[int | None]:
 def _point_robosuite_at(egl_index: int) -> None:
     """Make mujoco and robosuite 1.4 render on EGL device ``egl_index``.
 
-    ``import mujoco`` opens its EGL display on MUJOCO_EGL_DEVICE_ID (else on the first device), and
-    robosuite's EGL context reads it when it creates its display (ignoring ``render_gpu_device_id``
-    then). But importing robosuite's bindings asserts that the variable appears in
+    robosuite's EGL context reads MUJOCO_EGL_DEVICE_ID when it creates its display (ignoring
+    ``render_gpu_device_id`` then), and so does mujoco's own display if mujoco is first imported here
+    (under ``topo launch`` it was imported with GL held, so it opens none: :mod:`topo.gl`). But importing robosuite's bindings asserts that the variable appears in
     CUDA_VISIBLE_DEVICES, which an EGL index need not: so that import runs with the variable unset.
     """
     os.environ["MUJOCO_EGL_DEVICE_ID"] = str(egl_index)
