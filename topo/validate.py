@@ -278,8 +278,8 @@ def _tasks(spec: Spec, catalog: TaskCatalog | None, backend: Backend | None) -> 
         if catalog is not None:
             unknown = sorted({t for t in spec.tasks if t not in catalog})
             if unknown:
-                out.append(error("task-unknown", f"task id(s) {_ids(unknown)} do not exist in {catalog.source or spec.backend} "
-                                 f"({len(catalog.ids)} tasks: {_ids(catalog.ids)})", path,
+                out.append(error("task-unknown", f"task id(s) {_ids(unknown)} do not exist: {catalog.source or spec.backend} "
+                                 f"has {len(catalog.ids)} tasks, {_ids(catalog.ids)}", path,
                                  f"use ids in {_ids(catalog.ids)}"))
     for t in spec.instructions:
         if tasks and t not in tasks:
@@ -330,8 +330,8 @@ def _blocks(spec: Spec, catalog: TaskCatalog | None, backend: Backend | None) ->
     g = spec.groups
     for i, b in enumerate(spec.blocks):
         if catalog is not None and b.task not in catalog:
-            out.append(error("task-unknown", f"task {b.task} does not exist in {catalog.source or spec.backend} "
-                             f"({len(catalog.ids)} tasks: {_ids(catalog.ids)})", path + (i, "task"),
+            out.append(error("task-unknown", f"task {b.task} does not exist: {catalog.source or spec.backend} "
+                             f"has {len(catalog.ids)} tasks, {_ids(catalog.ids)}", path + (i, "task"),
                              f"use ids in {_ids(catalog.ids)}"))
         if g.parallel_repeats and b.workers % g.size:
             out.append(error("blocks-split-group", f"block {i} covers workers {start}-{start + b.workers - 1}, which splits "

@@ -147,7 +147,7 @@ def suite_catalog(name: str) -> TaskCatalog | None:
         ids=tuple(range(len(suite.tasks))),
         language={i: task_language(t) for i, t in enumerate(suite.tasks)},
         init_states={i: n for i, n in counts.items() if n is not None},
-        source=f"{suite.root / 'benchmark'} ({suite.name})",
+        source=suite.name,
     )
 
 
