@@ -29,6 +29,12 @@ class SpecError(TopoError):
         return "\n".join(d.format() for d in self.diagnostics)
 
 
+class UsageError(TopoError):
+    """Options that do not go together (no spec location to point at)."""
+
+    exit_code = 2
+
+
 class StalePlanError(TopoError):
     """A saved plan no longer matches its spec, or was written by an incompatible topo."""
 

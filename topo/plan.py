@@ -87,6 +87,9 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
         } if spec.groups.declared else None,
         "seeds": {"strategy": "list" if spec.seed_list is not None else spec.seed_strategy, "base": spec.seed_base},
         "placement": placement.plan_section(spec),
+        "policy": None if spec.policy is None else {
+            "factory": spec.policy.factory, "kwargs": dict(spec.policy.kwargs), "placement": spec.policy.placement,
+            "device": spec.policy.device, "weight_sync": spec.policy.weight_sync},
         "subcollectors": subcollectors,
     }
     plan["coverage"] = coverage(plan)

@@ -35,6 +35,11 @@ def table(plan: dict[str, Any], limit: int | None = None, width: int = 120) -> s
         f"workers, backend {plan['env']['backend']}, start {start['subcollectors']}/{start['workers']}, "
         f"spec sha256 {plan['spec']['sha256'][:12]}",
     ]
+    policy = plan.get("policy")
+    if policy:
+        where = "one inference server" if policy["placement"] == "server" else \
+            f"each subcollector, weights by {policy['weight_sync']}"
+        lines.append(f"policy {policy['factory']}({_kwargs(policy['kwargs'])}) in {where}, device {policy['device'] or 'cpu'}")
     for sub in plan["subcollectors"]:
         workers = sub["workers"]
         shown = workers if limit is None else workers[:limit]
@@ -53,6 +58,10 @@ def table(plan: dict[str, Any], limit: int | None = None, width: int = 120) -> s
         if len(shown) < len(workers):
             lines.append(f"  ... {len(workers) - len(shown)} more worker(s)")
     return "\n".join(lines) + "\n"
+
+
+def _kwargs(kwargs: dict) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
 
 
 def _placed(plan: dict[str, Any], c: int) -> str:

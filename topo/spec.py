@@ -27,6 +27,17 @@ class Block:
 
 
 @dataclass(frozen=True)
+class Policy:
+    """The ``policy`` section: a factory and where it runs."""
+
+    factory: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    placement: str = "subcollector"
+    device: str | None = None
+    weight_sync: str = "shared_mem"
+
+
+@dataclass(frozen=True)
 class Spec:
     name: str
     backend: str
@@ -55,6 +66,7 @@ class Spec:
     max_concurrent_starts: int | None
     metadata_from_workers: bool
     use_buffers: bool
+    policy: Policy | None = None
     raw: Mapping[str, Any] = field(repr=False, default_factory=dict)
 
     @property
@@ -110,6 +122,7 @@ def from_data(data: Mapping[str, Any]) -> Spec:
     seeds = assign.get("seeds") or {}
     gpus = assign.get("render_gpus")
     sync = collector.get("sync", True)
+    policy = data.get("policy")
     return Spec(
         name=data.get("name", "topology"),
         backend=env["backend"],
@@ -138,6 +151,8 @@ def from_data(data: Mapping[str, Any]) -> Spec:
         max_concurrent_starts=launch.get("max_concurrent_starts"),
         metadata_from_workers=launch.get("metadata_from_workers", True),
         use_buffers=launch.get("use_buffers", False),
+        policy=Policy(policy["factory"], dict(policy.get("kwargs") or {}), policy.get("placement", "subcollector"),
+                      policy.get("device"), policy.get("weight_sync", "shared_mem")) if policy else None,
         raw=data,
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import datetime
 import difflib
+import importlib.util
 import math
 import multiprocessing
 from collections import Counter
@@ -161,6 +162,7 @@ def _rules(spec: Spec) -> tuple[Backend | None, TaskCatalog | None, list[Diagnos
     out += _start_methods(spec, backend)
     out += _schema_kwargs(spec, backend)
     out += _launch(spec, backend)
+    out += _policy(spec)
     out += placement.check(spec, backend.memory_per_worker_gb if backend is not None else None)
     return backend, catalog, out
 
@@ -177,6 +179,33 @@ def _backend(name: str, out: list[Diagnostic]) -> Backend | None:
         out.append(error("backend-unavailable", f"backend {name!r} cannot be loaded: {exc}", ("env", "backend"),
                          "install its extra, e.g. pip install -e '.[libero]'"))
     return None
+
+
+def _policy(spec: Spec) -> list[Diagnostic]:
+    """The policy factory can be imported here; its options fit its placement."""
+    p = spec.policy
+    if p is None:
+        return []
+    out = []
+    module = p.factory.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        out.append(error("policy-factory-not-found", f"module {module!r} of policy factory {p.factory!r} is not importable",
+                         ("policy", "factory"), "put its folder on PYTHONPATH, or install its package"))
+    written = spec.raw["policy"]
+    if p.placement == "server" and "weight_sync" in written:
+        out.append(error("policy-weight-sync-with-server", "weight_sync chooses how subcollector copies receive weights; "
+                         "with placement: server, weights go to the server", ("policy", "weight_sync"),
+                         "remove weight_sync, or use placement: subcollector"))
+    engine = (spec.raw.get("placement") or {}).get("engine", "local")
+    if p.placement == "server" and engine != "local":
+        out.append(error("policy-server-not-local", f"placement: server runs one inference server on this machine; "
+                         f"placement.engine {engine!r} spreads subcollectors over nodes", ("policy", "placement"),
+                         "use placement: subcollector (each actor builds its copy)"))
+    return out
 
 
 def _topology(spec: Spec) -> list[Diagnostic]:

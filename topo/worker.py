@@ -7,7 +7,7 @@ import traceback
 from typing import Any
 
 from . import gl
-from .launch.markers import RunDir, record_close
+from .rundir import RunDir, record_close
 
 
 def import_builder(path: str):

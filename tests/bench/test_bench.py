@@ -51,8 +51,8 @@ def test_variants_change_only_how_envs_are_built(plan):
 def test_lower_bound_and_paired_ratios():
     assert compare.lower_bound(8, 12.5, 2) == 50.0
     assert compare.lower_bound(1, 12.5, 2) == 12.5
-    summary = {"constructions": {"by_role": {"top": 0, "collector": 0, "subcollector": 0, "worker": 4}},
-               "processes": {"peak_descendants": 9, "alive_after": []}}
+    summary = {"constructions": {"by_role": {"trainer": 0, "server": 0, "subcollector": 0, "worker": 4}},
+               "processes": {"peak": 9, "alive_after": []}}
     runs = [
         {"mode": "legacy", "round": 1, "exit_code": 0, "peak_rss_gb": 1.0,
          "summary": {**summary, "timings_s": {"all_ready": 40.0, "first_batch": 41.0}}},
@@ -95,10 +95,10 @@ def test_bench_every_mode_counts_constructions(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((out / "comparison.json").read_text())
     built = {mode: result["modes"][mode]["constructions"] for mode in MODES}
-    assert built["legacy"] == {"top": 0, "collector": 0, "subcollector": 4, "worker": 4}
-    assert built["homogeneous"] == {"top": 0, "collector": 0, "subcollector": 2, "worker": 4}
+    assert built["legacy"] == {"trainer": 0, "server": 0, "subcollector": 4, "worker": 4}
+    assert built["homogeneous"] == {"trainer": 0, "server": 0, "subcollector": 2, "worker": 4}
     for mode in ("workers", "forkserver", "forkserver-preload", "fork", "capped"):
-        assert built[mode] == {"top": 0, "collector": 0, "subcollector": 0, "worker": 4}, mode
+        assert built[mode] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 4}, mode
         inherited = json.loads((out / "runs" / f"r01-{mode}" / "summary.json").read_text())["inherited_gl"]
         assert inherited == {"workers": 0, "libraries": []}, mode
     legacy = json.loads((out / "runs" / "r01-legacy" / "summary.json").read_text())["inherited_gl"]

@@ -30,13 +30,13 @@ def assert_clean_launch(report, plan: dict, t_end: float) -> dict:
     n = sum(sub["num_workers"] for sub in plan["subcollectors"])
     assert s["ok"] and s["exit_code"] == 0
     assert s["plan"] == json.loads(json.dumps(plan))
-    assert s["constructions"]["by_role"] == {"top": 0, "collector": 0, "subcollector": 0, "worker": n}
+    assert s["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": n}
     markers = records(report, "markers")
     built = [m for m in markers if m["name"] == "constructed"]
     sub_pids = {m["pid"] for m in markers if m["name"] == "subcollector"}
     assert len(sub_pids) == len(plan["subcollectors"])
     assert len(built) == n and len({m["pid"] for m in built}) == n  # one env per worker process
-    assert not {m["pid"] for m in built} & (sub_pids | {s["processes"]["collector_pid"]})
+    assert not {m["pid"] for m in built} & (sub_pids | {s["processes"]["trainer_pid"]})
     rows = {(r["subcollector"], r["index"]): r for sub in plan["subcollectors"] for r in sub["workers"]}
     assert sorted((m["worker"]["subcollector"], m["worker"]["index"]) for m in built) == sorted(rows)
     for m in built:
@@ -68,7 +68,7 @@ def test_toy_2x3_from_spec(tmp_path):
     result = launch(spec, "--report", report)
     t_end = time.time()
     assert result.returncode == 0, result.stderr
-    assert "launch ok" in result.stdout and "worker 6" in result.stdout
+    assert "run ok" in result.stdout and "worker 6" in result.stdout
     plan = topo.compile_spec(str(spec))
     s = assert_clean_launch(report, plan, t_end)
     assert_first_batch_matches(s, plan)
@@ -152,7 +152,7 @@ def test_constructions_outside_workers_show_in_the_report(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "parent-env-construction" in result.stderr  # the compiler's warning, shown by launch
     s = summary(report)
-    assert s["constructions"]["by_role"] == {"top": 0, "collector": 0, "subcollector": 2, "worker": 2}
+    assert s["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 2, "worker": 2}
     assert "subcollector 2" in result.stdout
     assert s["processes"]["alive_after"] == [] and alive(started_pids(report), t_end) == []
 

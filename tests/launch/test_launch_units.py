@@ -1,7 +1,8 @@
-"""The launch pieces without a topology: first-batch checks, shutdown budget, start slots, the worker
-factory's markers, and a torch-free command import."""
+"""The launch pieces without a topology: first-batch checks, blame from fabricated records, shutdown budget,
+start slots, the worker factory's markers, and a torch-free command import."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,9 +11,11 @@ import time
 
 import pytest
 
-from topo.launch import observe
-from topo.launch.markers import RUN_DIR_VAR, SLOTS_VAR, RunDir
+from topo.launch import failure, observe
 from topo.launch.plans import SHUTDOWN_BASE_S, SHUTDOWN_PER_WORKER_S, shutdown_budget
+from topo.launch.processes import Death
+from topo.launch.state import Phase, RunState
+from topo.rundir import HOST, RUN_DIR_VAR, SLOTS_VAR, RunDir
 
 
 def plan_of(*subs: list[tuple[str, int]]) -> dict:
@@ -21,7 +24,8 @@ def plan_of(*subs: list[tuple[str, int]]) -> dict:
         "launch": {"shutdown_timeout": None},
         "subcollectors": [
             {"index": c, "num_workers": len(rows),
-             "workers": [{"index": w, "instruction": i, "group": g} for w, (i, g) in enumerate(rows)]}
+             "workers": [{"index": w, "instruction": i, "group": g, "global_index": 2 * c + w, "seed": 2 * c + w}
+                         for w, (i, g) in enumerate(rows)]}
             for c, rows in enumerate(subs)
         ],
     }
@@ -34,36 +38,133 @@ def seen(*workers: tuple[str, int]) -> list[dict]:
     return [{"instructions": [i], "groups": [g]} for i, g in workers]
 
 
-def test_sync_batch_matching_the_plan():
-    batches = [{"subcollector": 0, "workers": seen(("a", 0), ("b", 1))},
-               {"subcollector": 1, "workers": seen(("a", 2), ("b", 3))}]
-    result = observe.check(PLAN, batches)
+def observed(first: list[dict], batches: int = 1, versions=None) -> dict:
+    return {"first": first, "batches": batches, "policy_versions": versions}
+
+
+def test_first_batches_matching_the_plan():
+    result = observe.check(PLAN, {0: observed(seen(("a", 0), ("b", 1))), 1: observed(seen(("a", 2), ("b", 3)), 4, [2])})
     assert [r["status"] for r in result] == ["ok", "ok"]
     assert result[1]["groups"] == [2, 3] and result[1]["instructions"] == ["a", "b"]
+    assert (result[1]["batches"], result[1]["policy_versions"]) == (4, [2])
 
 
-def test_sync_batch_with_a_swapped_instruction_is_a_mismatch():
-    batches = [{"subcollector": 0, "workers": seen(("b", 0), ("b", 1))}]
-    result = observe.check(PLAN, batches)
+def test_a_swapped_instruction_is_a_mismatch_and_a_silent_subcollector_not_observed():
+    result = observe.check(PLAN, {0: observed(seen(("b", 0), ("b", 1))), 1: None})
     assert result[0]["status"] == "mismatch"
     assert result[0]["mismatches"] == [{"worker": 0, "field": "instructions", "planned": ["a"], "observed": ["b"]}]
-    assert result[1]["status"] == "not observed"
-
-
-def test_async_batches_are_attributed_by_content():
-    batches = [{"subcollector": None, "workers": seen(("a", 2), ("b", 3))},
-               {"subcollector": None, "workers": seen(("a", 2), ("b", 3))},  # the same subcollector again
-               {"subcollector": None, "workers": seen(("a", 9), ("b", 9))}]
-    result = observe.check(PLAN, batches)
-    assert [r["status"] for r in result] == ["not observed", "ok", "unmatched"]
-    assert result[2]["batches"] == [seen(("a", 9), ("b", 9))]
+    assert result[1] == {"subcollector": 1, "status": "not observed"}
 
 
 def test_nothing_observable_and_env_chosen_instructions():
-    assert [r["status"] for r in observe.check(PLAN, [{"subcollector": None, "workers": [{}, {}]}])] == [
+    assert [r["status"] for r in observe.check(PLAN, {0: observed([{}, {}]), 1: observed([{}, {}])})] == [
         "nothing observable", "nothing observable"]
     free = plan_of([(None, 0)])
-    assert observe.check(free, [{"subcollector": 0, "workers": seen(("own", 0))}])[0]["status"] == "ok"
+    assert observe.check(free, {0: observed(seen(("own", 0)))})[0]["status"] == "ok"
+
+
+# -- failure.decide on fabricated records ----------------------------------------------------------
+
+def state_with(tmp_path, *markers: dict) -> RunState:
+    """A RunState of PLAN whose run directory holds ``markers`` (name, pid, time, fields), read once."""
+    run = RunDir(str(tmp_path))
+    for i, m in enumerate(markers):
+        where = tmp_path / "markers"
+        where.mkdir(exist_ok=True)
+        (where / f"{m['name']}.{i}.json").write_text(json.dumps({"host": HOST, "ppid": 1, **m}))
+    state = RunState(PLAN, run, started=100.0, trainer_pid=1)
+    state.update()
+    return state
+
+
+def started(c: int, w: int, pid: int, t: float) -> dict:
+    return {"name": "started", "pid": pid, "time": t, "worker": {"subcollector": c, "index": w}}
+
+
+def sub(c: int, pid: int, t: float) -> dict:
+    return {"name": "subcollector", "pid": pid, "time": t, "index": c, "start_method": "spawn"}
+
+
+def test_the_first_death_is_blamed_whatever_order_it_is_seen_in(tmp_path):
+    state = state_with(tmp_path, sub(0, 10, 101), sub(1, 11, 101), started(1, 0, 20, 102), started(1, 1, 21, 102))
+    state.record_death(Death(21, 110.0, "killed by SIGKILL"))  # the killed worker
+    state.record_death(Death(20, 109.0 + 2, "exit code 1"))  # its neighbour, later
+    state.record_death(Death(11, 110.5, "exit code 1"))  # its subcollector, after it
+    found = failure.decide(state)
+    assert (found.kind, found.subcollector, found.worker, found.pid, found.how) == (
+        "worker-died", 1, 1, 21, "killed by SIGKILL")
+    assert "env worker died during construction without a traceback (killed by SIGKILL, pid 21)" in found.message
+    assert found.row == PLAN["subcollectors"][1]["workers"][1]
+    err = found.error()
+    assert (err.subcollector, err.worker, err.row["global_index"], err.exit_code) == (1, 1, 3, 1)
+
+
+def test_a_subcollector_dying_first_is_blamed_over_its_orphans(tmp_path):
+    state = state_with(tmp_path, sub(0, 10, 101), started(0, 0, 20, 102),
+                       {"name": "constructed", "pid": 20, "time": 103, "seed": 0, "seconds": 1.0,
+                        "worker": {"subcollector": 0, "index": 0}})
+    state.record_death(Death(20, 120.0))
+    state.record_death(Death(10, 119.0, "killed by SIGKILL"))
+    found = failure.decide(state)
+    assert (found.kind, found.subcollector, found.worker) == ("subcollector-died", 0, None)
+    assert found.message == "subcollector process ended unexpectedly (killed by SIGKILL, pid 10)"
+
+
+def test_at_one_instant_a_worker_is_blamed_before_its_subcollector(tmp_path):
+    state = state_with(tmp_path, sub(0, 10, 101), started(0, 1, 20, 102))
+    state.record_death(Death(10, 115.0))
+    state.record_death(Death(20, 115.0))
+    assert failure.decide(state).kind == "worker-died"
+
+
+def test_a_builder_traceback_comes_before_the_deaths_it_causes(tmp_path):
+    state = state_with(tmp_path, sub(0, 10, 101), started(0, 0, 20, 102),
+                       {"name": "failed", "pid": 20, "time": 104, "traceback": "Traceback...\nValueError: bad kwarg",
+                        "worker": {"subcollector": 0, "index": 0}})
+    state.record_death(Death(20, 104.5, "exit code 1"))
+    state.record_death(Death(10, 105.0, "exit code 1"))
+    found = failure.decide(state)
+    assert (found.kind, found.worker, found.message) == (
+        "builder-raised", 0, "env worker failed during construction: ValueError: bad kwarg")
+    assert found.traceback.endswith("bad kwarg")
+
+
+def test_closed_workers_and_deaths_after_teardown_began_are_not_failures(tmp_path):
+    state = state_with(tmp_path, sub(0, 10, 101), started(0, 0, 20, 102),
+                       {"name": "closed", "pid": 20, "time": 130, "seconds": 0.1,
+                        "worker": {"subcollector": 0, "index": 0}})
+    state.record_death(Death(20, 131.0))
+    assert failure.decide(state) is None
+    state.record_death(Death(10, 140.0))
+    assert failure.decide(state, until=135.0) is None
+    assert failure.decide(state).kind == "subcollector-died"
+
+
+def test_policy_factory_and_server_failures(tmp_path):
+    state = state_with(tmp_path, {"name": "server", "pid": 30, "time": 101, "role": "server", "in_keys": [],
+                                  "out_keys": []},
+                       {"name": "policy-failed", "pid": 11, "time": 103, "role": "subcollector", "subcollector": 1,
+                        "traceback": "Traceback...\nTypeError: no"})
+    found = failure.decide(state)
+    assert (found.kind, found.subcollector, found.message) == (
+        "policy-failed", 1, "policy factory failed in subcollector 1: TypeError: no")
+    state.record_death(Death(30, 102.0, "killed by SIGTERM"))
+    assert failure.decide(state).message == "policy server ended unexpectedly (killed by SIGTERM, pid 30)"
+
+
+def test_startup_timeout_names_what_each_worker_was_doing(tmp_path):
+    state = state_with(tmp_path, sub(0, 10, 101), started(0, 0, 20, 102))
+    found = failure.startup_timeout(state, 30, now=132.0)
+    assert found.kind == "startup-timeout"
+    assert found.message == ("startup deadline of 30s passed: 4 of 4 env workers not ready: sub0/w0 constructing for "
+                             "30.0s (pid 20); sub0/w1 not started; sub1/w0 not started; sub1/w1 not started")
+    assert state.phase is Phase.STARTING
+
+
+def test_an_env_built_in_the_trainer_counts_as_the_trainers(tmp_path):
+    state = state_with(tmp_path, sub(0, 1, 101), sub(0, 10, 102))  # pid 1 is the trainer here
+    assert state.subcollectors[0].pid == 10 and state.subcollectors[0].built_elsewhere == [1]
+    assert state.role_of(1) == "trainer" and state.role_of(10) == "subcollector"
 
 
 def test_shutdown_budget_is_sized_to_the_largest_subcollector():

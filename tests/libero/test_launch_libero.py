@@ -23,7 +23,7 @@ def test_launch_libero_cpu_example(tmp_path):
     plan = topo.compile_spec(SPEC)
     workers = sum(sub["num_workers"] for sub in plan["subcollectors"])
     assert summary["ok"] is True
-    assert summary["constructions"]["by_role"] == {"top": 0, "collector": 0, "subcollector": 0, "worker": workers}
+    assert summary["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": workers}
     assert summary["env_closes"] == {"constructed": workers, "closed": workers}
     assert summary["processes"]["left_behind"] == [] and summary["processes"]["alive_after"] == []
     expected = [sorted({w["instruction"] for w in sub["workers"]}) for sub in plan["subcollectors"]]

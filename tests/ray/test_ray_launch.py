@@ -19,8 +19,8 @@ import topo
 from topo import gl
 from topo.errors import LaunchError
 from topo.launch import ray_collector
-from topo.launch.markers import HOST, RUN_DIR_VAR, SLOTS_VAR, RunDir
-from topo.launch.state import LaunchState
+from topo.launch.state import RunState
+from topo.rundir import HOST, RUN_DIR_VAR, SLOTS_VAR, RunDir
 
 from ray_head_helpers import ENV, RAY, RayHead, free_port
 
@@ -93,7 +93,7 @@ def test_pids_from_another_node_are_never_watched_here(tmp_path):
     """A shared run directory brings remote pids: meaningless on this machine, never judged dead nor killed."""
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(toy_ray_spec("auto")))
-    state = LaunchState(topo.compile_spec(str(spec)), RunDir(str(tmp_path / "run")), time.time())
+    state = RunState(topo.compile_spec(str(spec)), RunDir(str(tmp_path / "run")), time.time(), trainer_pid=-1)
     dead = subprocess.Popen(["true"])
     dead.wait()
     here = os.getpid()  # alive on this machine, but the remote markers below are not about it
@@ -107,10 +107,9 @@ def test_pids_from_another_node_are_never_watched_here(tmp_path):
         record = {"name": name, "pid": pid, "ppid": 1, "host": host, "time": time.time(), **fields}
         (markers / f"{name}.{pid}.json").write_text(json.dumps(record))
     state.update()
-    assert state.subcollector_pids == {0: here, 1: dead.pid} and state.workers[0, 0].pid == here + 1
-    assert set(state.tracked.procs) == {dead.pid}
-    assert state.died_at(here) is None and state.died_at(here + 1) is None
-    assert state.died_at(dead.pid) is not None  # a local pid already gone counts as dead, as before
+    assert [state.subcollectors[c].pid for c in (0, 1)] == [here, dead.pid] and state.workers[0, 0].pid == here + 1
+    assert [pid for pid, _ in state.pids_to_watch()] == [dead.pid]  # the only one watched for its death here
+    assert state.known_pids() == {dead.pid}  # nor counted, nor ended, by pid
 
 
 @pytest.mark.slow
@@ -146,14 +145,14 @@ def assert_clean_remote_launch(s: dict, plan: dict, run_dir: Path) -> None:
     """No env on the driver, one per worker process under an actor, seeds as planned, every env closed."""
     p = s["processes"]
     assert s["ok"] and s["exit_code"] == 0
-    assert s["constructions"]["by_role"] == {"top": 0, "collector": 0, "subcollector": 0, "worker": 4}
+    assert s["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 4}
     assert s["env_closes"] == {"constructed": 4, "closed": 4}
     assert s["seeds"] == {"checked": 4, "mismatches": []}
     assert s["inherited_gl"] == {"workers": 0, "libraries": []}  # the actors held GL: no display before a builder
     actors = p["subcollector_pids"]
-    assert None not in actors and len(set(actors)) == 2 and p["collector_pid"] not in actors
+    assert None not in actors and len(set(actors)) == 2 and p["trainer_pid"] not in actors
     records = [json.loads(f.read_text()) for f in (run_dir / "markers").glob("*.json")]
-    assert {r["ppid"] for r in records if r["name"] == "subcollector"} & {p["collector_pid"]} == set()  # Ray's
+    assert {r["ppid"] for r in records if r["name"] == "subcollector"} & {p["trainer_pid"]} == set()  # Ray's
     assert {r["ppid"] for r in records if r["name"] == "constructed"} == set(actors)  # spawned by the actors
     assert sorted(r["seed"] for r in records if r["name"] == "constructed") == sorted(
         row["seed"] for sub in plan["subcollectors"] for row in sub["workers"])

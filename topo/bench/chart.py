@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .compare import parent_envs
+
 
 def draw(result: dict[str, Any], path: str, title: str) -> str:
     import matplotlib
@@ -33,7 +35,7 @@ def draw(result: dict[str, Any], path: str, title: str) -> str:
     labels = []
     for mode in modes:
         c = result["modes"][mode]["constructions"]
-        parent = sum(c[r] or 0 for r in ("top", "collector", "subcollector"))
+        parent = parent_envs(c)
         labels.append(f"{mode}\n{parent} parent envs")
     ax.set_xticks(range(len(modes)), labels, fontsize=8)
     ax.set_ylabel("seconds from launch")

@@ -41,7 +41,7 @@ def comparison(runs: list[dict[str, Any]], singles: list[dict[str, Any]], worker
             "constructions": built,
             "all_ready_s": ready,
             "first_batch_s": spread([_t(r, "first_batch") for r in mine]),
-            "peak_processes": max((s["processes"]["peak_descendants"] or 0 for s in summaries), default=None),
+            "peak_processes": max((s["processes"]["peak"] or 0 for s in summaries), default=None),
             "peak_rss_gb": round(max((r["peak_rss_gb"] for r in mine), default=0), 2),
             "lingering": max((len(s["processes"]["alive_after"]) for s in summaries), default=None),
             "ratio_to_lower_bound": round(ready["median"] / bound, 3) if ready and bound else None,
@@ -83,13 +83,18 @@ def _t(run: dict | None, key: str) -> float | None:
     return run["summary"]["timings_s"].get(key)
 
 
+def parent_envs(constructions: dict[str, int | None]) -> int:
+    """Envs built in a process that is not an env worker (what worker metadata removes)."""
+    return sum(constructions[r] or 0 for r in ROLES if r != "worker")
+
+
 def table(result: dict[str, Any]) -> str:
     """The table in the form of the original measurement."""
     header = f"{'mode':<20} {'parent envs':>11} {'real envs':>9} {'all ready':>16} {'first batch':>16} {'x legacy':>8} {'x bound':>7}"
     lines = [header]
     for mode, m in result["modes"].items():
         c = m["constructions"]
-        parent = sum(c[r] or 0 for r in ("top", "collector", "subcollector")) if c["worker"] is not None else None
+        parent = parent_envs(c) if c["worker"] is not None else None
         lines.append(f"{mode:<20} {_n(parent):>11} {_n(c['worker']):>9} {_s(m['all_ready_s']):>16} "
                      f"{_s(m['first_batch_s']):>16} {_x(m['speedup_vs_legacy_median']):>8} {_x(m['ratio_to_lower_bound']):>7}")
     bound = result["lower_bound_s"]

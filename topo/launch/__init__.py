@@ -1,8 +1,12 @@
-"""``topo launch``: the runtime half. A plan becomes a running TorchRL topology, supervised.
+"""Running a plan: the only part of topo that imports torch and torchrl.
 
-- :mod:`.command`: the click command (no torch import);
-- :mod:`.supervisor`: the top process, watching a collector process it starts in a new session;
-- :mod:`.runner`: that collector process; :mod:`.collectors`: the torchrl objects it builds;
-- :mod:`.markers`: the run directory workers report to; :mod:`.state`, :mod:`.processes`;
-- :mod:`.observe`, :mod:`.report`, :mod:`.progress`: what a launch shows.
+- :mod:`.session`: :class:`~.session.Run`, a plan's collector in the caller's process (the training
+  loop's, or ``topo launch``'s), supervised; :func:`topo.collector` makes one;
+- :mod:`.command`: the ``topo launch`` click command (no torch import);
+- :mod:`.plans`: what runs (a spec compiled now, or a saved plan still fresh);
+- :mod:`.local`, :mod:`.ray_collector`: the engines that build the torchrl collector;
+- :mod:`.policy`: where the policy runs and how weights reach it;
+- :mod:`.monitor`, :mod:`.state`, :mod:`.failure`: records and deaths, the first failure named;
+- :mod:`.processes`, :mod:`.watcher`: the run's processes, found and ended, even after the trainer died;
+- :mod:`.observe`, :mod:`.report`, :mod:`.progress`: what a run shows.
 """

@@ -1,24 +1,46 @@
-"""What the first batch shows of each worker (instruction, group-id blocks), checked against the plan.
+"""What each subcollector's batches show (instructions, group-id blocks, policy versions), checked
+against the plan.
 
-:func:`observe_batch` runs in the collector process on a torchrl batch; :func:`check` is pure and
-runs in the top process. ``language_instruction`` and ``group_id`` are what ToyVLAEnv and LiberoEnv
-emit; a backend without them (gym) leaves nothing to check here.
+:func:`hook` is the ``post_collect_hook`` topo gives the collector: it runs inside each subcollector on
+each of its batches and replaces that subcollector's ``observed/`` record (so attribution is exact, in
+sync and async mode alike). :func:`check` is pure and runs in the trainer. ``language_instruction``,
+``group_id`` and ``policy_version`` are what ToyVLAEnv, LiberoEnv and topo's policies emit; a backend
+without them (gym) leaves nothing to check.
 """
 from __future__ import annotations
 
-from typing import Any
+import functools
+import time
+from typing import Any, Callable
 
 from ..assign import GROUP_ID_OFFSET as GROUP_BLOCK  # a plan group's ids lie in [group, group + 1) x this
+from ..rundir import RunDir
+
+_here: dict[str, Any] = {}  # in a subcollector process: its index and its batch count
 
 
-def observe_batch(batch: Any, sync: bool) -> list[dict]:
-    """Per subcollector batch, per worker: distinct instructions and group-id blocks seen.
+def set_subcollector(index: int) -> None:
+    """Called by the subcollector's env factory: the index :func:`hook` reports under."""
+    _here.update(index=index, batches=0, first=None, first_time=None)
 
-    A sync batch stacks subcollectors on dim 0 (``[C, M, T]``); an async batch is one subcollector's
-    ``[M, T]``, from a subcollector torchrl does not name (``subcollector: None``).
-    """
-    parts = [(c, batch[c]) for c in range(batch.shape[0])] if sync else [(None, batch)]
-    return [{"subcollector": c, "workers": [_worker(part[w]) for w in range(part.shape[0])]} for c, part in parts]
+
+def hook(batch: Any, user_hook: Callable | None = None) -> None:
+    """Record this subcollector's batch (``[M, T]``: M workers); then call the user's hook, if any."""
+    run = RunDir.current()
+    if run is not None and "index" in _here:
+        _here["batches"] += 1
+        if _here["first"] is None:
+            _here.update(first=[_worker(batch[w]) for w in range(batch.shape[0])], first_time=time.time())
+        versions = batch.get("policy_version", None)
+        run.put("observed", f"sub{_here['index']}", subcollector=_here["index"], batches=_here["batches"],
+                first=_here["first"], first_time=_here["first_time"],
+                policy_versions=None if versions is None else sorted({int(v) for v in versions.flatten().tolist()}))
+    if user_hook is not None:
+        user_hook(batch)
+
+
+def hook_with(user_hook: Callable | None) -> Callable:
+    return functools.partial(hook, user_hook=user_hook) if user_hook is not None else hook
 
 
 def _worker(td: Any) -> dict:
@@ -51,43 +73,23 @@ def mismatches(sub: dict, observed: list[dict]) -> list[dict]:
     return out
 
 
-def check(plan: dict, batches: list[dict]) -> list[dict]:
-    """One entry per subcollector: what was observed and where it differs from the plan.
-
-    Async batches are attributed to the subcollector whose plan rows they match; a batch that
-    matches none is reported as ``unmatched``.
-    """
-    subs = plan["subcollectors"]
-    result: list[dict] = [{"subcollector": s["index"], "status": "not observed"} for s in subs]
-    unmatched, blind = [], False
-    for batch in batches:
-        workers = batch["workers"]
-        if not any(workers):  # nothing observable (e.g. gym)
-            blind = True
+def check(plan: dict, observed: dict[int, dict | None]) -> list[dict]:
+    """One entry per subcollector: its first batch against its plan rows, and its latest policy versions."""
+    result = []
+    for sub in plan["subcollectors"]:
+        record = observed.get(sub["index"])
+        if record is None:
+            result.append({"subcollector": sub["index"], "status": "not observed"})
             continue
-        if batch["subcollector"] is not None:
-            candidates = [batch["subcollector"]]
-        else:  # the first subcollector it matches that has not been seen yet, else any it matches
-            matching = [s["index"] for s in subs if s["num_workers"] == len(workers) and not mismatches(s, workers)]
-            candidates = sorted(matching, key=lambda c: result[c]["status"] != "not observed")
-        if not candidates:
-            unmatched.append(workers)
-            continue
-        c = candidates[0]
-        if result[c]["status"] != "not observed":
-            continue  # a later batch of a subcollector already checked
-        bad = mismatches(subs[c], workers)
-        result[c] = {
-            "subcollector": c,
-            "status": "mismatch" if bad else "ok",
-            "instructions": sorted({i for w in workers for i in w.get("instructions", [])}),
-            "groups": sorted({g for w in workers for g in w.get("groups", [])}),
-            "mismatches": bad,
-        }
-    if blind:
-        for entry in result:
-            if entry["status"] == "not observed":
-                entry["status"] = "nothing observable"
-    if unmatched:
-        result.append({"subcollector": None, "status": "unmatched", "batches": unmatched})
+        workers = record["first"]
+        entry = {"subcollector": sub["index"], "batches": record["batches"],
+                 "policy_versions": record.get("policy_versions")}
+        if not any(workers):
+            entry["status"] = "nothing observable"
+        else:
+            bad = mismatches(sub, workers)
+            entry.update(status="mismatch" if bad else "ok",
+                         instructions=sorted({i for w in workers for i in w.get("instructions", [])}),
+                         groups=sorted({g for w in workers for g in w.get("groups", [])}), mismatches=bad)
+        result.append(entry)
     return result

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any, Mapping
 
-from ..errors import StalePlanError
+from ..errors import StalePlanError, UsageError
 
 SHUTDOWN_BASE_S = 10.0
 SHUTDOWN_PER_WORKER_S = 5.0  # a ParallelEnv in worker-metadata mode closes its workers one at a time
@@ -60,3 +61,27 @@ def shutdown_budget(plan: Mapping[str, Any]) -> float:
         return float(given)
     largest = max(sub["num_workers"] for sub in plan["subcollectors"])
     return SHUTDOWN_BASE_S + SHUTDOWN_PER_WORKER_S * largest
+
+
+def resolve(source: Any, variables: Mapping[str, str] | None = None, spec_path: str | None = None) -> dict:
+    """The plan to run: a plan dict as given, a saved plan still fresh, or a spec compiled now.
+
+    Compiler warnings and notes go to stderr, as ``topo plan`` prints them.
+    """
+    from .. import compile_source, load, render
+
+    if isinstance(source, dict):
+        return source
+    path = os.fspath(source)
+    plan = read_plan(path)
+    if plan is None:
+        if spec_path:
+            raise UsageError("spec= (--spec) only applies to a saved plan")
+        return compile_source(load(path, variables or {}),
+                              on_warnings=lambda found: print(render.diagnostics_text(found), end="", file=sys.stderr))
+    if variables:
+        raise UsageError("template variables (--set) only apply to a spec: a plan is already rendered")
+    if check_fresh(plan, spec_path) is None:
+        print(f"note: spec {(plan.get('spec') or {}).get('path')!r} not found: the plan was not checked against it"
+              " (pass --spec)", file=sys.stderr)
+    return plan

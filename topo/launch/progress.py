@@ -1,26 +1,30 @@
-"""Live progress on stderr while a launch starts, collects and shuts down (one rewritten line, TTY only)."""
+"""Live progress on stderr while a run starts and shuts down (one rewritten line, TTY only)."""
 from __future__ import annotations
 
 import sys
 import time
 from typing import TextIO
 
-from .state import LaunchState, Phase
+from .state import Phase, RunState
 
 
 class Progress:
     """Renders at most every ``interval`` seconds; silent unless enabled and ``stream`` is a TTY."""
 
-    def __init__(self, enabled: bool, stream: TextIO = sys.stderr, interval: float = 0.5):
+    def __init__(self, enabled: bool, stream: TextIO = sys.stderr, interval: float = 0.5, collecting: bool = False):
         self.stream = stream
         self.enabled = enabled and stream.isatty()
+        self.collecting = collecting  # also while collecting (the CLI; a training script prints its own)
         self.interval = interval
         self._last = 0.0
         self._shown = False
 
-    def update(self, state: LaunchState) -> None:
+    def update(self, state: RunState) -> None:
         now = time.monotonic()
         if not self.enabled or now - self._last < self.interval:
+            return
+        if state.phase is Phase.COLLECTING and not self.collecting:
+            self.finish()
             return
         self._last = now
         self._shown = self._write("\r\x1b[K" + line(state))
@@ -39,7 +43,7 @@ class Progress:
         return self.enabled
 
 
-def line(state: LaunchState) -> str:
+def line(state: RunState) -> str:
     """E.g. ``starting 12.3s | sub0 3/3 | sub1 1/3 | slowest sub1/w2 8.1s (pid 123)``."""
     now = time.time()
     parts = [f"{state.phase.value} {state.elapsed(now):.1f}s"]
@@ -55,4 +59,4 @@ def line(state: LaunchState) -> str:
         built = sum(1 for w in state.workers.values() if w.constructed)
         closed = sum(1 for w in state.workers.values() if w.closed)
         parts.append(f"{built}/{len(state.workers)} envs built, {closed} closed")
-    return "topo launch: " + " | ".join(parts)
+    return "topo: " + " | ".join(parts)

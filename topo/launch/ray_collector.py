@@ -1,9 +1,9 @@
-"""The Ray topology of a plan: torchrl's ``RayCollector``, one remote collector (a Ray actor) per subcollector.
+"""The Ray engine: torchrl's ``RayCollector``, one remote collector (a Ray actor) per subcollector.
 
 Each actor runs a single ``Collector`` over the same worker-metadata ``ParallelEnv`` a local
-subcollector builds (:func:`topo.launch.collectors.subcollector_env`): the actor builds no env, its
-env workers are processes it spawns. :func:`check_reachable` runs in the torch-free top process;
-:func:`make_collector` and :func:`shutdown` in the collector process.
+subcollector builds (:func:`topo.launch.local.subcollector_env`): the actor builds no env, its env
+workers are processes it spawns. :meth:`RayEngine.check` imports no torch (the CLI runs it before
+anything starts); :meth:`RayEngine.build` and :meth:`RayEngine.shutdown` run in the trainer.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from .. import gl
 from ..errors import LaunchError
-from .markers import RUN_DIR_VAR, SLOTS_VAR
+from ..rundir import RUN_DIR_VAR, SLOTS_VAR
 
 CONNECT_TIMEOUT_S = 5.0
 HINT = ("start a cluster with `ray start --head` (other nodes join with `ray start --address=HEAD:6379`), "
@@ -79,50 +79,57 @@ class RayTopology:
                 return
 
 
-def make_collector(plan: dict[str, Any]) -> RayTopology:
-    """Connect to the plan's cluster, then a ``RayCollector`` whose actors hold their resources and built envs.
+class RayEngine:
+    """The plan's subcollectors as Ray actors, reached through the cluster at ``placement.address``."""
 
-    ``ray.init`` runs here, not in ``RayCollector``, so that a failure names the address; the actors'
-    envs are built when this returns (RayCollector waits on every actor before it returns).
-    Sync: each actor collects ``frames_per_batch / subcollectors`` frames and the batch stacks them;
-    async: each batch is one actor's ``frames_per_batch``, as with the local multi collectors.
-    """
-    import ray
-    from torchrl.collectors import Collector
-    from torchrl.collectors.distributed import RayCollector
+    name = "ray"
 
-    from .collectors import env_factories
+    def check(self, plan: dict[str, Any]) -> None:
+        check_reachable(plan["placement"])
 
-    placement = plan["placement"]
-    try:
-        ray.init(address=placement["address"], runtime_env=runtime_env(plan), log_to_driver=True)
-    except (ConnectionError, RuntimeError, ValueError) as err:
-        reason = str(err).rstrip(".")
-        raise LaunchError(f"cannot connect to the Ray cluster at {placement['address']!r}: {reason}; {HINT}") from None
-    collector = RayCollector(
-        env_factories(plan),
-        policy=None,
-        frames_per_batch=plan["collector"]["frames_per_batch"],
-        total_frames=math.inf,
-        sync=plan["collector"]["sync"],
-        collector_class=Collector,  # one env per actor: its ParallelEnv (no extra process layer)
-        remote_configs=[sub["remote_config"] for sub in placement["subcollectors"]],
-    )
-    return RayTopology(collector, plan["collector"]["total_frames"])
+    def build(self, plan: dict[str, Any], **kwargs: Any) -> RayTopology:
+        """Connect to the plan's cluster, then a ``RayCollector`` whose actors hold their resources and built envs.
 
+        ``ray.init`` runs here, not in ``RayCollector``, so that a failure names the address; the actors'
+        envs are built when this returns (RayCollector waits on every actor before it returns).
+        Sync: each actor collects ``frames_per_batch / subcollectors`` frames and the batch stacks them;
+        async: each batch is one actor's ``frames_per_batch``, as with the local multi collectors.
+        """
+        import ray
+        from torchrl.collectors import Collector
+        from torchrl.collectors.distributed import RayCollector
 
-def shutdown(topology: RayTopology, timeout: float) -> list[None]:
-    """Close every actor's env, then end the actors and disconnect, within ``timeout`` seconds overall.
+        from .local import env_factories
 
-    ``RayCollector.shutdown`` only kills the actors (no env ``close()`` would run): each actor's own
-    collector shuts down first. Actors have no exit code: one ``None`` per subcollector.
-    """
-    import ray
+        placement = plan["placement"]
+        try:
+            ray.init(address=placement["address"], runtime_env=runtime_env(plan), log_to_driver=True)
+        except (ConnectionError, RuntimeError, ValueError) as err:
+            reason = str(err).rstrip(".")
+            raise LaunchError(f"cannot connect to the Ray cluster at {placement['address']!r}: {reason}; {HINT}") from None
+        collector = RayCollector(
+            env_factories(plan),
+            frames_per_batch=plan["collector"]["frames_per_batch"],
+            total_frames=math.inf,
+            sync=plan["collector"]["sync"],
+            collector_class=Collector,  # one env per actor: its ParallelEnv (no extra process layer)
+            remote_configs=[sub["remote_config"] for sub in placement["subcollectors"]],
+            **kwargs,
+        )
+        return RayTopology(collector, plan["collector"]["total_frames"])
 
-    deadline = time.monotonic() + timeout
-    actors = list(topology.collector.remote_collectors)
-    closing = [actor.cascade_execute.remote("shutdown", raise_on_error=False) for actor in actors]
-    ray.wait(closing, num_returns=len(closing), timeout=timeout)
-    topology.collector.shutdown(timeout=max(0.0, deadline - time.monotonic()))
-    ray.shutdown()
-    return [None] * len(actors)
+    def shutdown(self, topology: RayTopology, timeout: float) -> list[None]:
+        """Close every actor's env, then end the actors and disconnect, within ``timeout`` seconds overall.
+
+        ``RayCollector.shutdown`` only kills the actors (no env ``close()`` would run): each actor's own
+        collector shuts down first. Actors have no exit code: one ``None`` per subcollector.
+        """
+        import ray
+
+        deadline = time.monotonic() + timeout
+        actors = list(topology.collector.remote_collectors)
+        closing = [actor.cascade_execute.remote("shutdown", raise_on_error=False) for actor in actors]
+        ray.wait(closing, num_returns=len(closing), timeout=timeout)
+        topology.collector.shutdown(timeout=max(0.0, deadline - time.monotonic()))
+        ray.shutdown()
+        return [None] * len(actors)

@@ -1,4 +1,4 @@
-"""The launch report: ``summary.json`` and a short human summary, from what the supervisor saw."""
+"""The report of a run: ``summary.json`` and a short human summary, from what the run saw."""
 from __future__ import annotations
 
 import json
@@ -6,73 +6,103 @@ import os
 from collections import Counter
 from typing import Any
 
+from ..errors import TopoError
 from . import observe
-from .supervisor import Outcome
 
-ROLES = ("top", "collector", "subcollector", "worker")
+ROLES = ("trainer", "server", "subcollector", "worker")
 
 
-def summary(outcome: Outcome) -> dict[str, Any]:
-    state, plan = outcome.state, outcome.state.plan
+class Report:
+    """``str(report)`` is the human summary; ``report.data`` the summary dict (``summary.json``)."""
+
+    def __init__(self, data: dict[str, Any]):
+        self.data = data
+
+    @classmethod
+    def of(cls, run) -> Report:
+        return cls(summary(run))
+
+    @property
+    def ok(self) -> bool:
+        return self.data["ok"]
+
+    def write(self, directory: str) -> str:
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, "summary.json")
+        with open(path, "w") as f:
+            json.dump(self.data, f, indent=1)
+            f.write("\n")
+        return path
+
+    def __str__(self) -> str:
+        return human(self.data)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+
+def summary(run) -> dict[str, Any]:
+    state, plan = run.state, run.plan
     workers = list(state.workers.values())
+    subs = [state.subcollectors[sub["index"]] for sub in plan["subcollectors"]]
     built = Counter(state.role_of(pid) for w in workers for pid, _ in w.constructions)
-    ready = state.events.get("ready")
-    first = state.events.get("batch")
-    shutdown = state.events.get("shutdown")
+    built.update(state.role_of(pid) for sub in subs for pid in sub.built_elsewhere)
+    observed = {sub.index: sub.observed for sub in subs}
+    first_batch = min((r["first_time"] for r in observed.values() if r and r.get("first_time")), default=None)
     last_close = max((w.closed for w in workers if w.closed), default=None)
-    error = outcome.error
+    server = state.server()
     return {
-        "ok": error is None,
-        "exit_code": 0 if error is None else error.exit_code,
-        "error": None if error is None else {
-            "type": type(error).__name__, "message": str(error), "formatted": error.format(),
-            "subcollector": getattr(error, "subcollector", None), "worker": getattr(error, "worker", None),
-        },
-        "command": outcome.options.command,
+        "ok": run.error is None,
+        "exit_code": _exit_code(run.error),
+        "error": _error(run),
+        "command": run.command,
         "run_dir": state.run.path,
-        "topology": {"subcollectors": len(plan["subcollectors"]), "workers": len(workers),
+        "topology": {"subcollectors": len(subs), "workers": len(workers),
                      "workers_per_subcollector": [s["num_workers"] for s in plan["subcollectors"]],
-                     "sync": plan["collector"]["sync"], "start_methods": plan["start_methods"]},
-        "launch": {"batches_requested": outcome.options.batches,
-                   "batches_collected": (state.events.get("collected") or {}).get("batches", 0),
-                   "startup_timeout_s": outcome.startup_timeout, "shutdown_budget_s": outcome.shutdown_budget,
-                   "max_concurrent_starts": outcome.max_concurrent_starts,
-                   "peak_concurrent_starts": _peak_concurrent(workers)},
+                     "sync": plan["collector"]["sync"], "start_methods": plan["start_methods"],
+                     "engine": run.engine.name},
+        "launch": {"startup_timeout_s": run.startup_timeout, "shutdown_budget_s": run.shutdown_budget,
+                   "max_concurrent_starts": run.max_concurrent_starts,
+                   "peak_concurrent_starts": _peak_concurrent(workers),
+                   "batches_per_subcollector": [(o or {}).get("batches", 0) for o in observed.values()],
+                   **run.extra},
         "constructions": {"by_role": {role: built.get(role, 0) for role in ROLES},
-                          "expected": {"top": 0, "collector": 0, "subcollector": 0, "worker": len(workers)}},
+                          "expected": {"trainer": 0, "server": 0, "subcollector": 0, "worker": len(workers)}},
         "timings_s": {
-            # the serial chain before any env worker can start: collector, then subcollector, imports
-            "subcollectors_up": (_since(state, max(state.subcollector_up.values()))
-                                 if len(state.subcollector_up) == len(plan["subcollectors"]) else None),
+            # the serial chain before any env worker can start: trainer, then each subcollector, import torchrl
+            "subcollectors_up": (_since(state, max(s.up for s in subs)) if all(s.up for s in subs) else None),
             # every worker in its factory (process started, imports done), then every env built
             "workers_started": _since(state, _last([w.started for w in workers])),
             "workers_built": _since(state, _last([w.constructed for w in workers])),
-            "all_ready": _since(state, ready and ready["time"]),
-            "first_batch": _since(state, first and first["time"]),
+            "all_ready": _since(state, run.ready_at),
+            "first_batch": _since(state, first_batch),
             "worker_build": _stats([w.build_s for w in workers]),
-            "shutdown": _delta(shutdown and shutdown["started"], shutdown and shutdown["time"]),
+            "shutdown": _delta(run.shutdown_at, run.shutdown_done),
             "worker_close": _stats([w.close_s for w in workers]),
-            "first_to_last_close": _delta(shutdown and shutdown["started"], last_close),
-            "teardown": _delta(outcome.teardown_started, outcome.finished),
-            "total": _delta(state.t0, outcome.finished),
+            "first_to_last_close": _delta(run.shutdown_at, last_close),
+            "teardown": _delta(run.teardown_started, run.finished),
+            "total": _delta(state.t0, run.finished),
         },
         "processes": {
-            "peak_descendants": state.peak_descendants,
-            "collector_pid": state.runner_pid,
-            "collector_exit_code": outcome.runner_exit_code,
-            "subcollector_pids": [state.subcollector_pids.get(sub["index"]) for sub in plan["subcollectors"]],
-            "subcollector_start_methods": [state.subcollector_start_methods.get(sub["index"])
-                                           for sub in plan["subcollectors"]],
-            "subcollector_exit_codes": (shutdown or {}).get("exit_codes"),
+            "peak": run.monitor.peak,
+            "trainer_pid": state.trainer_pid,
+            "server_pid": server.pid if server else None,
+            "subcollector_pids": [s.pid for s in subs],
+            "subcollector_start_methods": [s.start_method for s in subs],
+            "subcollector_exit_codes": run.exit_codes,
             "worker_pids": [w.pid for w in workers],
-            "started": sorted(state.tracked.procs),
-            "left_behind": outcome.left_behind,
-            "killed": outcome.killed,
-            "alive_after": outcome.alive_after,
+            "started": sorted(run.monitor.seen),
+            "deaths": [{"pid": d.pid, "time": d.time, "how": d.how} for d in sorted(state.deaths.values(),
+                                                                                    key=lambda d: d.time)],
+            "left_behind": run.left_behind,
+            "killed": sorted(set(run.killed)),
+            "alive_after": run.alive_after,
+            "watcher_exit_code": run.watcher_exit,
         },
         "env_closes": {"constructed": sum(len(w.constructions) for w in workers),
                        "closed": sum(w.closes for w in workers)},
-        "first_batch": observe.check(plan, state.batches),
+        "first_batch": observe.check(plan, observed),
+        "policy": run.placement.describe() if run.placement else None,
         "render_devices": _render_devices(workers),
         "inherited_gl": {"workers": sum(1 for w in workers if w.inherited_gl),
                          "libraries": sorted({lib for w in workers for lib in w.inherited_gl})},
@@ -80,6 +110,26 @@ def summary(outcome: Outcome) -> dict[str, Any]:
                   "mismatches": [{"subcollector": w.subcollector, "worker": w.index, "planned": w.row["seed"],
                                   "applied": w.seed} for w in workers if w.constructed and w.seed != w.row["seed"]]},
         "plan": plan,
+    }
+
+
+def _exit_code(error: BaseException | None) -> int:
+    if error is None:
+        return 0
+    return error.exit_code if isinstance(error, TopoError) else 1
+
+
+def _error(run) -> dict | None:
+    error = run.error
+    if error is None:
+        return None
+    failure = getattr(error, "failure", None)
+    return {
+        "type": type(error).__name__, "message": str(error),
+        "formatted": error.format() if isinstance(error, TopoError) else f"{type(error).__name__}: {error}",
+        "in": "topo" if isinstance(error, TopoError) else "training loop",
+        "subcollector": getattr(error, "subcollector", None), "worker": getattr(error, "worker", None),
+        "failure": failure.to_dict() if failure is not None else None,
     }
 
 
@@ -122,31 +172,31 @@ def _stats(values: list) -> dict | None:
     return {"min": round(min(values), 3), "mean": round(sum(values) / len(values), 3), "max": round(max(values), 3)}
 
 
-def write(summary_: dict, directory: str) -> str:
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, "summary.json")
-    with open(path, "w") as f:
-        json.dump(summary_, f, indent=1)
-        f.write("\n")
-    return path
-
-
 def human(s: dict) -> str:
-    """A few lines: outcome, constructions per role, timings, closes, leftovers, first-batch check."""
+    """A few lines: outcome, constructions per role, timings, closes, leftovers, first-batch check, policy."""
     t, p, c = s["timings_s"], s["processes"], s["constructions"]["by_role"]
     topo = s["topology"]
-    outcome = "ok" if s["ok"] else "interrupted" if s["error"]["type"] == "Interrupted" else "FAILED"
+    error = s["error"]
+    outcome = "ok" if s["ok"] else "interrupted" if error["type"] == "Interrupted" else \
+        "FAILED" if error["in"] == "topo" else f"ended by the training loop's {error['type']}"
+    launch = s["launch"]
+    batches = f", {launch['batches_collected']}/{launch['batches_requested']} batch(es)" \
+        if "batches_requested" in launch else f", batches per subcollector {launch['batches_per_subcollector']}"
     lines = [
-        f"launch {outcome}: {topo['subcollectors']} subcollector(s), {topo['workers']} env workers, "
-        f"{s['launch']['batches_collected']}/{s['launch']['batches_requested']} batch(es)",
+        f"run {outcome}: {topo['subcollectors']} subcollector(s), {topo['workers']} env workers{batches}",
         "  env constructions: " + ", ".join(f"{role} {c[role]}" for role in ROLES)
         + f" (expected worker {s['constructions']['expected']['worker']}, others 0)",
         f"  all ready {_fmt(t['all_ready'])}, first batch {_fmt(t['first_batch'])}, "
-        f"shutdown {_fmt(t['shutdown'])} (budget {s['launch']['shutdown_budget_s']:g}s)",
+        f"shutdown {_fmt(t['shutdown'])} (budget {launch['shutdown_budget_s']:g}s)",
         f"  env closes {s['env_closes']['closed']}/{s['env_closes']['constructed']}, subcollector exit codes "
-        f"{p['subcollector_exit_codes']}, peak descendants {p['peak_descendants']}",
+        f"{p['subcollector_exit_codes']}, peak processes {p['peak']}",
         f"  left behind {len(p['left_behind'])}, alive after {len(p['alive_after'])}",
     ]
+    policy = s.get("policy")
+    if policy:
+        versions = [e.get("policy_versions") for e in s["first_batch"]]
+        lines.append(f"  policy {policy['factory']} in {policy['placement']} ({policy['weight_sync']}): "
+                     f"{policy['updates']} weight update(s); versions in each subcollector's last batch {versions}")
     for d in s.get("render_devices") or []:
         gpu = "cpu" if d.get("planned") is None else f"cuda {d['planned']} -> egl {d.get('egl_device')}"
         lines.append(f"  render: {d.get('gl')} {gpu}, {d.get('renderer')}: {d['workers']} worker(s)")
@@ -168,3 +218,4 @@ def human(s: dict) -> str:
 
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}s"
+

@@ -1,17 +1,18 @@
-"""What the supervisor knows of a running launch, rebuilt from run-directory markers and events."""
+"""What a run knows of its processes, rebuilt from run-directory records and the deaths it saw."""
 from __future__ import annotations
 
 import enum
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import processes
-from .markers import HOST, RunDir
+from ..rundir import HOST, RunDir
+from .processes import Death
 
 
 class Phase(enum.Enum):
+    """A run's lifecycle: each phase is entered once, in this order."""
+
     STARTING = "starting"
     COLLECTING = "collecting"
     SHUTTING_DOWN = "shutting down"
@@ -26,10 +27,12 @@ class Worker:
     index: int
     row: dict
     pid: int | None = None
+    local: bool = True  # on this host (under a Ray actor, maybe not)
     started: float | None = None
     constructed: float | None = None
     closed: float | None = None
     failed: str | None = None  # the builder's traceback
+    failed_at: float | None = None
     seed: Any = None
     render_device: dict | None = None  # what the builder resolved (GL backend, CUDA and EGL device, renderer)
     inherited_gl: list[str] = field(default_factory=list)  # GL/CUDA libraries mapped before the builder ran
@@ -37,90 +40,146 @@ class Worker:
     close_s: float | None = None
     constructions: list[tuple[int, float]] = field(default_factory=list)  # (pid, time), one expected
     closes: int = 0
+    died: Death | None = None
+
+    @property
+    def name(self) -> str:
+        return f"sub{self.subcollector}/w{self.index}"
 
 
-class LaunchState:
-    """Workers, subcollectors, collector-process events and tracked processes of one launch."""
+@dataclass
+class Subcollector:
+    """One subcollector process (or Ray actor), as its marker and its batches describe it."""
 
-    def __init__(self, plan: dict, run: RunDir, started: float):
+    index: int
+    pid: int | None = None
+    local: bool = True  # on this host (a Ray actor may not be)
+    start_method: str | None = None
+    up: float | None = None  # imports done, asking for its env workers
+    built_elsewhere: list[int] = field(default_factory=list)  # other pids that built its ParallelEnv (the trainer)
+    observed: dict | None = None  # its latest ``observed/`` record
+    died: Death | None = None
+
+
+@dataclass
+class PolicyProcess:
+    """Where a policy was built: the server, or one subcollector's copy."""
+
+    role: str  # "server" or "subcollector"
+    pid: int
+    subcollector: int | None = None
+    failed: str | None = None  # the factory's traceback
+    at: float = 0.0
+    died: Death | None = None
+
+
+class RunState:
+    """Workers, subcollectors, policies and deaths of one run, keyed as the plan keys them."""
+
+    def __init__(self, plan: dict, run: RunDir, started: float, trainer_pid: int | None = None):
         self.plan = plan
         self.run = run
         self.t0 = started
+        self.trainer_pid = trainer_pid if trainer_pid is not None else os.getpid()
         self.phase = Phase.STARTING
         self.workers = {(sub["index"], row["index"]): Worker(sub["index"], row["index"], row)
                         for sub in plan["subcollectors"] for row in sub["workers"]}
-        self.subcollector_pids: dict[int, int] = {}
-        self.subcollector_start_methods: dict[int, str] = {}  # how each subcollector process was started
-        self.subcollector_up: dict[int, float] = {}  # when each subcollector, imports done, asked for its env workers
-        self.events: dict[str, dict] = {}
-        self.batches: list[dict] = []
-        self.tracked = processes.Tracked()
-        self.runner_pid: int | None = None
-        self.peak_descendants = 0
-        self._dead_since: dict[int, float] = {}
+        self.subcollectors = {sub["index"]: Subcollector(sub["index"]) for sub in plan["subcollectors"]}
+        self.policies: list[PolicyProcess] = []
+        self.deaths: dict[int, Death] = {}
+        self._new_pids: list[tuple[int, float]] = []
 
+    # -- reading records ------------------------------------------------------------------------
     def update(self) -> None:
-        """Read new markers and events; sample the process tree."""
+        """Read new markers and every subcollector's latest batch record."""
         for m in self.run.read_new("markers"):
             self._marker(m)
-        for e in self.run.read_new("events"):
-            if e["name"] == "batch":
-                self.batches.extend(e["observed"])
-            self.events.setdefault(e["name"], e)
-        if "ready" in self.events and self.phase is Phase.STARTING:
-            self.phase = Phase.COLLECTING
-        if "collected" in self.events and self.phase is Phase.COLLECTING:
-            self.phase = Phase.SHUTTING_DOWN
-        if self.runner_pid is not None:
-            tree = processes.descendants(os.getpid())
-            self.peak_descendants = max(self.peak_descendants, len(tree))
-            for pid in tree:
-                self.tracked.add(pid, "other")
+        for record in self.run.read_all("observed"):
+            sub = self.subcollectors.get(record.get("subcollector"))
+            if sub is not None:
+                sub.observed = record
 
     def _marker(self, m: dict) -> None:
-        local = m.get("host", HOST) == HOST  # a Ray actor or worker on another node: not tracked by pid here
-        if m["name"] == "subcollector":
-            self.subcollector_pids.setdefault(m["index"], m["pid"])
-            self.subcollector_start_methods.setdefault(m["index"], m["start_method"])
-            self.subcollector_up.setdefault(m["index"], m["time"])
-            if local:
-                self.tracked.add(m["pid"], "subcollector")
+        local = m.get("host", HOST) == HOST  # a Ray actor or worker on another node: not watched by pid here
+        name = m["name"]
+        if name == "subcollector":
+            sub = self.subcollectors.get(m["index"])
+            if sub is None:
+                return
+            if sub.pid is None and m["pid"] != self.trainer_pid:
+                sub.pid, sub.local, sub.start_method, sub.up = m["pid"], local, m["start_method"], m["time"]
+                self._watch(m["pid"], m["time"], local)
+            elif m["pid"] != sub.pid:
+                sub.built_elsewhere.append(m["pid"])
+            return
+        if name in ("policy", "server", "policy-failed"):
+            role = "server" if name == "server" or m.get("role") == "server" else "subcollector"
+            self.policies.append(PolicyProcess(role, m["pid"], m.get("subcollector"), m.get("traceback"), m["time"]))
+            if name != "policy-failed":
+                self._watch(m["pid"], m["time"], local)
             return
         w = self.workers.get((m["worker"].get("subcollector"), m["worker"].get("index")))
         if w is None:
             return
-        if m["name"] == "started":
-            w.pid, w.started, w.inherited_gl = m["pid"], m["time"], m.get("inherited_gl") or []
-            if local:
-                self.tracked.add(m["pid"], "worker")
-        elif m["name"] == "constructed":
+        if name == "started":
+            w.pid, w.local, w.started, w.inherited_gl = m["pid"], local, m["time"], m.get("inherited_gl") or []
+            self._watch(m["pid"], m["time"], local)
+        elif name == "constructed":
             w.constructed, w.seed, w.build_s = m["time"], m["seed"], m["seconds"]
             w.render_device = m.get("render_device")
             w.constructions.append((m["pid"], m["time"]))
-        elif m["name"] == "failed":
-            w.failed = m["traceback"]
-        elif m["name"] == "closed":
+        elif name == "failed":
+            w.failed, w.failed_at = m["traceback"], m["time"]
+        elif name == "closed":
             w.closed, w.close_s = m["time"], m["seconds"]
             w.closes += 1
 
+    def _watch(self, pid: int, alive_at: float, local: bool) -> None:
+        if local and pid != self.trainer_pid:
+            self._new_pids.append((pid, alive_at))
+
+    # -- deaths ---------------------------------------------------------------------------------
+    def pids_to_watch(self) -> list[tuple[int, float]]:
+        """(pid, time it was last known alive) learnt from markers since the last call (the monitor watches each)."""
+        out, self._new_pids = self._new_pids, []
+        return out
+
+    def record_death(self, death: Death) -> None:
+        self.deaths.setdefault(death.pid, death)
+        for w in self.workers.values():
+            if w.pid == death.pid and w.died is None:
+                w.died = death
+        for sub in self.subcollectors.values():
+            if sub.pid == death.pid and sub.died is None:
+                sub.died = death
+        for p in self.policies:
+            if p.pid == death.pid and p.died is None:
+                p.died = death
+
+    # -- questions ------------------------------------------------------------------------------
     def role_of(self, pid: int) -> str:
-        """Role of the process that built an env: top, collector, subcollector or worker."""
-        if pid == os.getpid():
-            return "top"
-        if pid == self.runner_pid:
-            return "collector"
-        if pid in self.subcollector_pids.values():
+        """Role of a process that built something: trainer, server, subcollector or worker."""
+        if pid == self.trainer_pid:
+            return "trainer"
+        if any(p.role == "server" and p.pid == pid for p in self.policies):
+            return "server"
+        if any(sub.pid == pid for sub in self.subcollectors.values()):
             return "subcollector"
         return "worker"
 
-    def died_at(self, pid: int) -> float | None:
-        """When ``pid`` was first seen dead (None while alive, or not tracked here); stamped on each call."""
-        if pid not in self.tracked.procs or self.tracked.is_alive(pid):
-            return None
-        return self._dead_since.setdefault(pid, time.time())
+    def server(self) -> PolicyProcess | None:
+        return next((p for p in self.policies if p.role == "server" and not p.failed), None)
+
+    def known_pids(self) -> set[int]:
+        """Every local pid a record named: subcollectors, server, workers."""
+        pids = {sub.pid for sub in self.subcollectors.values() if sub.pid and sub.local}
+        pids |= {p.pid for p in self.policies}
+        pids |= {w.pid for w in self.workers.values() if w.pid and w.local}
+        pids.discard(self.trainer_pid)
+        return pids
 
     def not_ready(self) -> list[Worker]:
         return [w for w in self.workers.values() if w.constructed is None]
 
-    def elapsed(self, at: float | None = None) -> float:
-        return (at if at is not None else time.time()) - self.t0
+    def elapsed(self, at: float) -> float:
+        return at - self.t0

@@ -1,9 +1,12 @@
-"""The run directory: markers that launched processes write, and the start-slot semaphore.
+"""The run directory: records that a run's processes write, and the start-slot semaphore.
 
-``topo launch`` sets ``TOPO_RUN_DIR`` (and ``TOPO_MAX_CONCURRENT_STARTS`` when opted in) in its
-environment; spawned subcollectors and env workers inherit it, so the plan kwargs stay exact.
-Each marker is one small JSON file, written atomically: the supervisor reads progress from them and
-the report counts constructions and closes from them. Imports neither torch nor torchrl.
+A run sets ``TOPO_RUN_DIR`` (and ``TOPO_MAX_CONCURRENT_STARTS`` when opted in) in the environment of
+the processes it starts; subcollectors, the policy server and env workers inherit it, so the plan
+kwargs stay exact. Each record is one small JSON file, written atomically: ``markers/`` (one file per
+event of a process: started, constructed, failed, closed...) and ``observed/`` (one file per
+subcollector, replaced at each of its batches). The monitor reads progress
+and failures from them and the report counts constructions and closes from them.
+Imports neither torch nor torchrl: env workers, the watcher and the CLI all read it.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ HOST = socket.gethostname()  # a pid means something only on the host that wrote
 
 
 class RunDir:
-    """Writer and reader of ``<run dir>/markers`` (and ``events``, written by the collector process)."""
+    """Writer and reader of a run directory's records."""
 
     def __init__(self, path: str):
         self.path = os.fspath(path)
@@ -30,7 +33,7 @@ class RunDir:
 
     @classmethod
     def current(cls) -> RunDir | None:
-        """The run directory of the launch this process belongs to, or None outside ``topo launch``."""
+        """The run directory of the run this process belongs to, or None outside a topo run."""
         path = os.environ.get(RUN_DIR_VAR)
         return cls(path) if path else None
 
@@ -45,11 +48,34 @@ class RunDir:
             json.dump(record, f)
         os.replace(tmp, final)
 
+    def put(self, folder: str, name: str, **fields: Any) -> None:
+        """Atomically replace ``folder/name.json`` with ``{name, pid, host, time, **fields}``."""
+        where = os.path.join(self.path, folder)
+        os.makedirs(where, exist_ok=True)
+        record = {"name": name, "pid": os.getpid(), "host": HOST, "time": time.time(), **fields}
+        final = os.path.join(where, f"{name}.json")
+        tmp = f"{final}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(record, f)
+        os.replace(tmp, final)
+
+    def read_all(self, folder: str) -> list[dict]:
+        """Every record under ``folder``, oldest first (for ``put`` records: their latest version)."""
+        where = os.path.join(self.path, folder)
+        if not os.path.isdir(where):
+            return []
+        out = []
+        for entry in os.scandir(where):
+            if entry.name.endswith(".json"):
+                try:
+                    with open(entry.path) as f:
+                        out.append(json.load(f))
+                except (OSError, ValueError):  # replaced or removed while listed
+                    continue
+        return sorted(out, key=lambda r: r["time"])
+
     def marker(self, name: str, **fields: Any) -> None:
         self.write("markers", name, **fields)
-
-    def event(self, name: str, **fields: Any) -> None:
-        self.write("events", name, **fields)
 
     def read_new(self, folder: str) -> list[dict]:
         """Records under ``folder`` not returned by an earlier call, oldest first."""

@@ -1,0 +1,166 @@
+"""``topo.collector`` in a training script (real torchrl, ToyVLAEnv, TinyVLA): the policy acts, weight
+updates reach every subcollector (or the server), failures are named, and nothing the run started is left,
+even when the trainer is killed."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+import topo
+from topo.errors import UsageError
+from topo.rundir import RUN_DIR_VAR, RunDir
+
+from launch_helpers import HANG_GUARD_S, HERE, alive, subprocess_env, toy_spec, wait_for, write
+
+pytestmark = pytest.mark.slow
+TRAINER = HERE / "trainer.py"
+
+
+def train(tmp_path, *args, spec=None) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    spec = spec or write(tmp_path / "toy.yaml", toy_spec(2, 2))
+    done = subprocess.run([sys.executable, str(TRAINER), str(spec), *map(str, args)], env=subprocess_env(),
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return done, events
+
+
+def of(events: list[dict], name: str) -> list[dict]:
+    return [e for e in events if e["event"] == name]
+
+
+def assert_nothing_left(report: dict, t_end: float) -> None:
+    p = report["processes"]
+    assert p["left_behind"] == [] and p["alive_after"] == []
+    pids = set(p["started"]) | {pid for pid in p["worker_pids"] + p["subcollector_pids"] if pid}
+    assert alive(pids, t_end) == []
+
+
+def assert_trainer_state_restored(events: list[dict]) -> None:
+    (before,), (after,) = of(events, "before"), of(events, "after")
+    assert after["state"] == before["state"]
+    assert after["state"]["topo_env"] == []
+
+
+@pytest.mark.parametrize("placement", ["subcollector", "server"])
+def test_the_policy_acts_with_the_weights_the_trainer_pushed(tmp_path, placement):
+    done, events = train(tmp_path, "--placement", placement, "--iterations", 3)
+    t_end = time.time()
+    assert done.returncode == 0, done.stderr
+    batches = of(events, "batch")
+    assert [b["versions"] for b in batches] == [[0], [1], [2]]  # every row of batch i: the i-th update
+    assert all(b["shape"][:2] == [2, 2] for b in batches)  # sync: 2 subcollectors x 2 workers
+    assert max(b["diff"] for b in batches) < 1e-5  # the trainer's copy computes the same actions
+    assert [u["version"] for u in of(events, "update")] == [1, 2, 3]
+    report = of(events, "after")[0]["report"]
+    assert report["ok"]
+    assert report["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 4}
+    policy = report["policy"]
+    assert (policy["placement"], policy["updates"], policy["trainer_policy"]) == (placement, 3, True)
+    assert [e["policy_versions"] for e in report["first_batch"]] == [[2], [2]]  # each subcollector's last batch
+    assert [e["status"] for e in report["first_batch"]] == ["ok", "ok"]
+    assert (report["processes"]["server_pid"] is not None) == (placement == "server")
+    assert report["env_closes"] == {"constructed": 4, "closed": 4}
+    assert_nothing_left(report, t_end)
+    assert_trainer_state_restored(events)
+
+
+def test_multiprocess_weight_sync_reaches_every_subcollector(tmp_path):
+    done, events = train(tmp_path, "--weight-sync", "multiprocess", "--iterations", 2)
+    assert done.returncode == 0, done.stderr
+    assert [b["versions"] for b in of(events, "batch")] == [[0], [1]]
+    assert max(b["diff"] for b in of(events, "batch")) < 1e-5
+
+
+def test_an_exception_in_the_loop_tears_down_and_still_writes_the_report(tmp_path):
+    report_dir = tmp_path / "report"
+    done, events = train(tmp_path, "--then", "raise", "--report", report_dir)
+    t_end = time.time()
+    assert done.returncode == 0, done.stderr
+    assert of(events, "loop-error")[0]["message"] == "the training step failed"  # the loop's own exception
+    report = json.loads((report_dir / "summary.json").read_text())
+    assert not report["ok"] and report["error"]["type"] == "ValueError" and report["error"]["in"] == "training loop"
+    assert report["env_closes"] == {"constructed": 4, "closed": 4}  # a clean shutdown, envs closed
+    assert_nothing_left(report, t_end)
+    assert_trainer_state_restored(events)
+
+
+def test_a_worker_killed_mid_training_is_named_with_its_plan_row(tmp_path):
+    done, events = train(tmp_path, "--then", "kill-worker", "--iterations", 50)
+    t_end = time.time()
+    assert done.returncode == 0, done.stderr
+    (err,) = of(events, "launch-error")
+    assert (err["subcollector"], err["worker"], err["row"]["global_index"]) == (1, 1, 3)
+    assert "env worker died while collecting without a traceback (killed by SIGKILL" in err["message"]
+    report = of(events, "after")[0]["report"]
+    assert report["error"]["failure"]["kind"] == "worker-died"
+    assert_nothing_left(report, t_end)
+    assert_trainer_state_restored(events)
+
+
+def test_a_weight_update_never_waits_on_a_dead_subcollector(tmp_path):
+    """torchrl's shared-memory scheme waits for every subcollector's ack, without a timeout."""
+    started = time.monotonic()
+    done, events = train(tmp_path, "--then", "kill-subcollector-then-update", "--iterations", 5)
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    (err,) = of(events, "launch-error")
+    assert err["subcollector"] == 0 and "subcollector process ended unexpectedly (killed by SIGKILL" in err["message"]
+    assert of(events, "update") == []  # the update in flight was interrupted, not completed
+    assert took < HANG_GUARD_S / 2
+    assert_trainer_state_restored(events)
+
+
+def test_sigkill_of_the_trainer_leaves_no_process(tmp_path):
+    spec = write(tmp_path / "toy.yaml", toy_spec(2, 2))
+    proc = subprocess.Popen([sys.executable, str(TRAINER), str(spec), "--iterations", str(10**9),
+                             "--report", str(tmp_path / "report")],
+                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    ready = json.loads(wait_for(lambda: _line(proc, "ready"), what="the run to be ready"))
+    wait_for(lambda: _line(proc, "update"), what="a weight update")
+    run_dir = ready["run_dir"]
+    ours = _of_run(run_dir)
+    assert len(ours) >= 2 + 2 + 2  # subcollectors, forkservers, env workers
+    proc.kill()
+    proc.wait()
+    wait_for(lambda: os.path.exists(os.path.join(run_dir, "watcher.json")), timeout=60, what="the watcher's record")
+    record = json.loads(open(os.path.join(run_dir, "watcher.json")).read())
+    named = {r["pid"] for r in RunDir(run_dir).read_all("markers")}  # subcollectors and env workers
+    assert record["trainer"] == ready["trainer"] and set(record["terminated"]) >= named and len(named) == 2 + 4
+    assert record["left"] == []
+    wait_for(lambda: not _of_run(run_dir), timeout=30, what="every process of the run to be gone")
+    assert alive(set(ours), time.time()) == []
+
+
+def _line(proc: subprocess.Popen, event: str) -> str | None:
+    line = proc.stdout.readline()
+    return line if line.startswith("{") and json.loads(line)["event"] == event else None
+
+
+def _of_run(run_dir: str) -> list[int]:
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(RUN_DIR_VAR) == run_dir:
+                out.append(p.pid)
+        except psutil.Error:
+            continue
+    return out
+
+
+def test_collector_arguments_that_would_break_a_guarantee_are_refused(tmp_path):
+    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+    plan = topo.compile_spec(str(write(tmp_path / "toy.yaml", toy_spec(1, 2))))
+    with pytest.raises(UsageError, match="build subcollector 0's envs in the trainer"):
+        topo.collector(plan, replay_buffer=TensorDictReplayBuffer(storage=LazyTensorStorage(100)))
+    with pytest.raises(UsageError, match="frames_per_batch"):
+        topo.collector(plan, frames_per_batch=10)
+    with pytest.raises(UsageError, match="policy= needs a policy factory"):
+        topo.collector(plan, policy=object())

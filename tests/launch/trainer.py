@@ -1,0 +1,101 @@
+"""A training script for the API tests: ``python trainer.py SPEC [options]``; one JSON line per event on stdout.
+
+It trains topo's TinyVLA policy with a policy-gradient step per batch and pushes its weights each
+iteration, checking every batch against the weights it pushed: each row's ``policy_version`` and, with
+deterministic actions, the action the trainer's own copy computes for the same observation.
+``--then`` makes it misbehave the way a test needs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import signal
+import sys
+import time
+
+
+def emit(**fields) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def process_state() -> dict:
+    import torch
+
+    return {"start_method": multiprocessing.get_start_method(allow_none=True), "threads": torch.get_num_threads(),
+            "sigterm_default": signal.getsignal(signal.SIGTERM) is signal.SIG_DFL,
+            "topo_env": sorted(k for k in os.environ if k.startswith("TOPO_")), "mujoco_gl": os.environ.get("MUJOCO_GL")}
+
+
+def worker_pid(run, subcollector: int, index: int) -> int:
+    from topo.rundir import RunDir
+
+    (pid,) = [m["pid"] for m in RunDir(run.run_dir).read_all("markers")
+              if m["name"] == "started" and m["worker"] == {**m["worker"], "subcollector": subcollector, "index": index}]
+    return pid
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("spec")
+    parser.add_argument("--placement", choices=["subcollector", "server"], default="subcollector")
+    parser.add_argument("--weight-sync", default="shared_mem")
+    parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--report")
+    parser.add_argument("--then", default="ok", choices=["ok", "raise", "kill-worker", "kill-subcollector-then-update"])
+    args = parser.parse_args()
+
+    import torch
+    from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+    import topo
+    from topo.errors import LaunchError
+    from topo.policies.tinyvla import make
+
+    plan = topo.compile_spec(args.spec)
+    kwargs = {"action_dim": 4, "image_size": 16, "state_dim": 8}
+    plan["policy"] = {"factory": "topo.policies.tinyvla:make", "kwargs": kwargs, "placement": args.placement,
+                      "device": None, "weight_sync": args.weight_sync}
+    policy = make(**kwargs)
+    optim = torch.optim.SGD(policy.parameters(), lr=0.1)
+    emit(event="before", state=process_state())
+    run = topo.collector(plan, policy=policy, report_dir=args.report, progress=False,
+                         exploration_type=ExplorationType.DETERMINISTIC)
+    try:
+        with run:
+            emit(event="ready", run_dir=run.run_dir, trainer=os.getpid())
+            for i, batch in enumerate(run.collector):
+                flat = batch.reshape(-1)
+                with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+                    expected = policy.mean(flat)
+                emit(event="batch", iteration=i, shape=list(batch.shape),
+                     versions=sorted({int(v) for v in batch["policy_version"].flatten().tolist()}),
+                     diff=float((expected - flat["action"]).abs().max()))
+                if args.then == "raise":
+                    raise ValueError("the training step failed")
+                if args.then == "kill-worker" and i == 0:
+                    os.kill(worker_pid(run, 1, 1), signal.SIGKILL)
+                if args.then == "kill-subcollector-then-update":
+                    os.kill(run.state.subcollectors[0].pid, signal.SIGKILL)
+                    time.sleep(0.5)
+                loss = -policy.log_prob(flat).mean()  # any differentiable step changes the weights
+                optim.zero_grad()
+                loss.backward()
+                optim.step()
+                started = time.monotonic()
+                version = run.update_weights()
+                emit(event="update", version=version, seconds=time.monotonic() - started)
+                if i + 1 >= args.iterations:
+                    break
+    except LaunchError as err:
+        emit(event="launch-error", message=str(err), subcollector=err.subcollector, worker=err.worker,
+             row=err.row, exit_code=err.exit_code)
+    except ValueError as err:
+        emit(event="loop-error", message=str(err))
+    emit(event="after", state=process_state(), report=run.report.data if run.report else None)
+    print(run.report, file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
