@@ -26,12 +26,15 @@ import click
 @click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Template variable of a spec.")
 @click.option("--spec", "spec_path", type=click.Path(exists=True, dir_okay=False),
               help="The spec a saved plan came from (refuse the plan if it changed).")
-def launch(source, batches, report_dir, quiet, startup_timeout, max_concurrent_starts, assignments, spec_path):
+@click.option("--allow-edited-plan", is_flag=True,
+              help="Run a saved plan changed after topo wrote it (its digest no longer matches, or it has none).")
+def launch(source, batches, report_dir, quiet, startup_timeout, max_concurrent_starts, assignments, spec_path,
+           allow_edited_plan):
     """Launch SOURCE (a spec, or a plan written by `topo plan -o`) and collect a few batches."""
     from ..errors import Interrupted, TopoError
 
     try:
-        plan = _resolve(source, assignments, spec_path, quiet)
+        plan = _resolve(source, assignments, spec_path, quiet, allow_edited_plan)
         _run(plan, batches, report_dir, quiet, startup_timeout, max_concurrent_starts)
     except TopoError as err:
         click.echo(err.format(), err=True)
@@ -42,13 +45,18 @@ def launch(source, batches, report_dir, quiet, startup_timeout, max_concurrent_s
         sys.exit(err.exit_code)
 
 
-def _resolve(source: str, assignments: tuple[str, ...], spec_path: str | None, quiet: bool) -> dict:
+def _resolve(source: str, assignments: tuple[str, ...], spec_path: str | None, quiet: bool,
+             allow_edited: bool = False) -> dict:
+    from .. import render
     from .plans import check_fresh, read_plan
 
-    plan = read_plan(source)
+    notes: list = []
+    plan = read_plan(source, allow_edited=allow_edited, warnings=notes)
+    if notes and not quiet:
+        click.echo(render.diagnostics_text(notes), nl=False, err=True)
     if plan is None:
-        if spec_path:
-            raise click.UsageError("--spec only applies when SOURCE is a saved plan")
+        if spec_path or allow_edited:
+            raise click.UsageError("--spec and --allow-edited-plan only apply when SOURCE is a saved plan")
         plan = _compile(source, assignments)
     elif assignments:
         raise click.UsageError("--set only applies to a spec: a plan is already rendered")

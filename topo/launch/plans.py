@@ -1,42 +1,50 @@
 """What ``topo launch`` runs: a spec compiled now, or a saved plan that must still match its spec.
 
 Like ``terraform apply``, a saved plan is refused when it was written by an incompatible topo or
-when its spec changed since (same variables, different sha256 of the rendered text).
+when its spec changed since (same variables, different sha256 of the rendered text); and, like any
+input, when it is malformed or was changed after topo wrote it (:mod:`topo.planfile`).
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Mapping
 
+from .. import planfile
+from ..diagnostics import Diagnostic
 from ..errors import StalePlanError
 
 SHUTDOWN_BASE_S = 10.0
 SHUTDOWN_PER_WORKER_S = 5.0  # a ParallelEnv in worker-metadata mode closes its workers one at a time
 
 
-def read_plan(path: str) -> dict | None:
-    """The plan saved at ``path``, or None when the file is not a plan (then it is a spec)."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if isinstance(data, dict) and str(data.get("format", "")).startswith("topo.plan/"):
-        return data
-    return None
+def read_plan(path: str, *, allow_edited: bool = False, warnings: list[Diagnostic] | None = None) -> dict | None:
+    """The plan saved at ``path``, checked (:func:`check_plan`); None when the file is not a plan (then it is a spec).
+
+    A plan file must carry the digest ``topo plan -o`` writes: one without it, or whose content no
+    longer matches it, is refused unless ``allow_edited`` (then ``warnings`` receives what changed).
+    """
+    plan = planfile.read(path)
+    if plan is not None:
+        found = planfile.check(plan, file=path, allow_edited=allow_edited, require_digest=True)
+        if warnings is not None:
+            warnings.extend(found)
+    return plan
+
+
+def check_plan(plan: Any, *, allow_edited: bool = False, name: str = "<plan>") -> list[Diagnostic]:
+    """Raise :class:`SpecError` (exit 2, each field named) unless the in-memory ``plan`` can run as it is.
+
+    A digest, when the plan has one, must match (unless ``allow_edited``); a plan fresh from
+    :func:`topo.compile_spec` has none and needs none. Returns the warnings.
+    """
+    return planfile.check(plan, file=name, allow_edited=allow_edited)
 
 
 def check_fresh(plan: Mapping[str, Any], spec_path: str | None) -> str | None:
     """Raise :class:`StalePlanError` unless the plan can run; returns the spec file it was checked against."""
-    from .. import __version__, load
-    from ..plan import FORMAT
+    from .. import load
 
-    if plan.get("format") != FORMAT:
-        raise StalePlanError(f"plan format {plan.get('format')!r} is not {FORMAT!r}; re-run `topo plan`")
-    if _major(plan.get("topo_version")) != _major(__version__):
-        raise StalePlanError(
-            f"plan written by topo {plan.get('topo_version')}, this is topo {__version__}; re-run `topo plan`")
+    planfile.check_compatible(plan)
     recorded = plan.get("spec") or {}
     path = spec_path or recorded.get("path")
     if not path or not os.path.isfile(path):
@@ -47,10 +55,6 @@ def check_fresh(plan: Mapping[str, Any], spec_path: str | None) -> str | None:
             f"plan is stale: {path} changed since the plan was written "
             f"(sha256 {digest[:12]} != {str(recorded.get('sha256'))[:12]}); re-run `topo plan`")
     return path
-
-
-def _major(version: Any) -> str:
-    return str(version).split(".")[0]
 
 
 def shutdown_budget(plan: Mapping[str, Any]) -> float:
