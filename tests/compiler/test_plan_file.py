@@ -6,6 +6,8 @@ import json
 import subprocess
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import topo
 from topo.bench.modes import MODES, variant
@@ -195,3 +197,52 @@ def test_digest_is_of_the_content_alone(plan):
     again["digest"] = {"sha256": "0" * 64, "parts": {}}
     assert digest(again) == plan["digest"]
     assert seal(again) == plan
+
+
+# --- the quick schema check never says yes where jsonschema says no ------------------------------------
+
+_PLAN = json.loads(dumps(topo.compile_source(parse(HEAD + "placement: {engine: ray, resources: {memory_gb: 2}}\n",
+                                                   "toy.yaml"))))
+_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(-2, 3), st.integers(-(2**70), 2**70),
+                    st.floats(allow_nan=False), st.text(max_size=4), st.sampled_from(["spawn", "cycle", "a:b", "f" * 64]),
+                    st.lists(st.integers(0, 2), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+
+def _paths(node, path=()):
+    yield path
+    children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in children:
+        yield from _paths(value, path + (key,))
+
+
+@st.composite
+def _mutated_plans(draw):
+    plan = copy.deepcopy(_PLAN)
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from([p for p in _paths(plan) if p]))
+        parent = plan
+        for part in path[:-1]:
+            parent = parent[part]
+        if isinstance(parent, dict) and draw(st.booleans()):
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = draw(_LEAVES)
+    return plan
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_mutated_plans())
+def test_quick_schema_agrees_with_jsonschema(plan):
+    from topo import schema
+    from topo.planfile import SCHEMA_FILE, _quick
+
+    assert _quick()(plan) == (not schema.violations(plan, SCHEMA_FILE))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_mutated_plans())
+def test_a_mutated_plan_is_refused_or_runs_never_crashes(plan):
+    try:
+        check_plan(plan, allow_edited=True)
+    except (SpecError, StalePlanError) as err:
+        assert err.exit_code == 2
