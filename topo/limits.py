@@ -14,9 +14,8 @@ block (task, workers, instruction) and seed for every worker is 0.7 MB; the exam
 
 MAX_NODES = 250_000
 """YAML nodes of a spec (keys, values and items), aliases counted at the size they expand to. That
-10,000-worker spec has 80,000; the examples under 150. Building, validating and compiling a spec of
-250,000 nodes takes about 1.4 s and 150 MB (benchmarks/hostile.py), which bounds what a hostile one
-just under the limit can cost."""
+10,000-worker spec has 80,000; the examples under 150. Validating a spec just under the limit (35,000
+one-worker blocks) takes about 3 s and 150 MB (benchmarks/hostile.py): what one can cost at most."""
 
 MAX_DEPTH = 100
 """Nested mappings and lists in a spec. A spec's own shape is at most 6 deep; env kwargs add their own.

@@ -140,14 +140,6 @@ def check(plan: Any, *, file: str = "<plan>", allow_edited: bool = False,
     return [replace(d, file=file) for d in notes]
 
 
-@functools.lru_cache(maxsize=None)
-def _quick(part: str | None = None):
-    from .quickschema import compile_schema
-
-    whole = schema.schema(SCHEMA_FILE)
-    return compile_schema(whole if part is None else {"$ref": f"#/$defs/{part}"}, whole)
-
-
 def _schema(plan: dict) -> list[Diagnostic]:
     """The schema's verdict on the plan without its rows, then on each row (jsonschema only where it fails)."""
     subs = plan.get("subcollectors")
@@ -158,8 +150,8 @@ def _schema(plan: dict) -> list[Diagnostic]:
                                               isinstance(s.get("workers"), list) else s for s in subs]}
         rows = [(("subcollectors", i, "workers", j), row) for i, s in enumerate(subs) if isinstance(s, dict)
                 and isinstance(s.get("workers"), list) for j, row in enumerate(s["workers"])]
-    found = [] if _quick()(skeleton) else schema.violations(skeleton, SCHEMA_FILE)
-    quick_row = _quick("row")
+    found = [] if schema.quick(SCHEMA_FILE)(skeleton) else schema.violations(skeleton, SCHEMA_FILE)
+    quick_row = schema.quick(SCHEMA_FILE, "row")
     bad = [(path, row) for path, row in rows if not quick_row(row)]
     for path, row in bad[:MAX_REPORTED]:
         found += [replace(d, path=path + d.path) for d in schema.violations(row, SCHEMA_FILE, "row")]

@@ -36,8 +36,20 @@ def _validator(name: str = SCHEMA_FILE, part: str | None = None):
 
 def check(data: Any) -> list[Diagnostic]:
     """Every schema violation in ``data``, one diagnostic each, in document order."""
-    found = violations(_string_keys(data))
+    data_json = _string_keys(data)
+    if quick()(data_json):
+        return []
+    found = violations(data_json)
     return merge_misspelt([replace(d, path=_original_path(data, d.path)) for d in found])
+
+
+@functools.lru_cache(maxsize=None)
+def quick(name: str = SCHEMA_FILE, part: str | None = None):
+    """Schema ``name`` (or its ``$defs`` entry ``part``) as a predicate: the fast path (:mod:`topo.quickschema`)."""
+    from .quickschema import compile_schema
+
+    whole = schema(name)
+    return compile_schema(whole if part is None else {"$ref": f"#/$defs/{part}"}, whole)
 
 
 def violations(data: Any, name: str = SCHEMA_FILE, part: str | None = None) -> list[Diagnostic]:

@@ -234,9 +234,9 @@ def _mutated_plans(draw):
 @given(_mutated_plans())
 def test_quick_schema_agrees_with_jsonschema(plan):
     from topo import schema
-    from topo.planfile import SCHEMA_FILE, _quick
+    from topo.planfile import SCHEMA_FILE
 
-    assert _quick()(plan) == (not schema.violations(plan, SCHEMA_FILE))
+    assert schema.quick(SCHEMA_FILE)(plan) == (not schema.violations(plan, SCHEMA_FILE))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

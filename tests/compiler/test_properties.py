@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -241,3 +242,26 @@ def test_any_text_gives_diagnostics_not_exceptions(text):
         assert err.diagnostics and all(d.code and d.file == "fuzz.yaml" for d in err.diagnostics)
         return
     topo.validate(source)
+
+
+@SETTINGS
+@given(broken_specs())
+def test_quick_schema_agrees_with_jsonschema(data):
+    from topo import schema
+
+    as_json = schema._string_keys(data)
+    assert schema.quick()(as_json) == (not schema.violations(as_json))
+
+
+@pytest.mark.parametrize("edit", [
+    {"version": True}, {"version": 1.0}, {"version": "1"}, {"assignment": {"instructions": {"a": "x"}}},
+    {"assignment": {"instructions": {"3": "x"}}}, {"assignment": {"tasks": " 3 - 5 "}}, {"assignment": {"tasks": [1.0]}},
+    {"topology": {"subcollectors": 2, "workers_per_subcollector": [2, 2.0]}}, {"collector": {"sync": 1}},
+    {"assignment": {"render_gpus": None}}, {"topology": {"subcollectors": 2, "workers_per_subcollector": True}},
+])
+def test_quick_schema_agrees_on_edge_cases(edit):
+    from topo import schema
+
+    data = {"version": 1, "env": {"backend": "toy"}, "topology": {"subcollectors": 2, "workers_per_subcollector": 2},
+            **edit}
+    assert schema.quick()(data) == (not schema.violations(data))
