@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import topo
 from topo.load import parse
 from topo.plan import compile_checked, dumps
-from topo.planfile import seal
+from topo.planfile import check, seal
 
 from compiler_helpers import GROUP_ID_OFFSET, rows, spec_text
 
@@ -175,6 +175,7 @@ def test_deterministic_and_json_round_trip(case):
     assert text == dumps(second)
     assert json.loads(text) == seal(first)
     assert dumps(json.loads(text)) == text
+    assert check(json.loads(text), require_digest=True) == []  # topo reads every plan it writes
 
 
 # --- robustness: a spec broken anywhere gets diagnostics, never an exception -------------------------
