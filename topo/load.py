@@ -1,7 +1,8 @@
 """Load a spec: read the file, render it (Jinja2, sandboxed) when it is a template, parse YAML safely.
 
 Every value keeps its location: :class:`Source` maps key paths to (line, column) so later stages
-can point at the exact place of a problem.
+can point at the exact place of a problem. Every step is bounded (:mod:`topo.limits`): the file's
+size before it is read, the rendered text, and the nodes and depth of the YAML while it is composed.
 """
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from typing import Any, Mapping
 
 import yaml
 
+from .compose import SMALLER, compose
 from .diagnostics import Diagnostic, error
 from .errors import SpecError
+from .limits import MAX_SPEC_BYTES, count
 
 TEMPLATE_SUFFIXES = (".j2", ".jinja", ".jinja2")
 Path = tuple  # a key path: tuple of str | int
@@ -87,10 +90,13 @@ def load(path: str | os.PathLike, variables: Mapping[str, str] | None = None) ->
 def parse(text: str, file: str = "<spec>", variables: Mapping[str, str] | None = None) -> Source:
     """Parse YAML text with a safe loader, recording the location of every key path."""
     fail = _failer(file)
+    if len(text) > MAX_SPEC_BYTES:  # a string given to the Python API: files and templates stop earlier
+        fail("spec-too-large", f"the spec is {count(len(text))} characters (limit {count(MAX_SPEC_BYTES)})", None,
+             SMALLER)
     if not text.strip():
         fail("empty-spec", "the spec is empty", None, "start from one of the files in examples/")
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = compose(text, file)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         fail("yaml-syntax", f"{exc.problem or exc.context}", mark, "check indentation and quoting near this line")
@@ -111,8 +117,13 @@ def _read(file: str) -> str:
     if os.path.isdir(file):
         fail("spec-is-directory", f"{file} is a directory, not a spec file", None, "pass a .yaml file")
     try:
-        with open(file, encoding="utf-8") as handle:
-            return handle.read()
+        with open(file, "rb") as handle:
+            data = handle.read(MAX_SPEC_BYTES + 1)  # bounded: a FIFO or /dev/zero has no size to check first
+            if len(data) > MAX_SPEC_BYTES:
+                size = os.fstat(handle.fileno()).st_size
+                what = count(size) if size > MAX_SPEC_BYTES else f"more than {count(MAX_SPEC_BYTES)}"
+                fail("spec-too-large", f"the spec file is {what} bytes (limit {count(MAX_SPEC_BYTES)})", None, SMALLER)
+        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as text mode reads it
     except FileNotFoundError:
         fail("spec-not-found", f"no such file: {file}", None, None)
     except UnicodeDecodeError as exc:
@@ -124,11 +135,16 @@ def _read(file: str) -> str:
 
 def _render(file: str, text: str, variables: Mapping[str, str]) -> str:
     import jinja2
-    from jinja2.sandbox import SandboxedEnvironment
 
-    env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    from .template import TemplateLimit, render
+
     try:
-        return env.from_string(text).render(**variables)
+        return render(text, variables)
+    except TemplateLimit as exc:
+        _failer(file)(exc.code, str(exc), (_template_line(exc), None), _TEMPLATE_HINTS[exc.code])
+    except RecursionError as exc:  # Jinja2 parses and compiles recursively; the error says where it gave up
+        _failer(file)("spec-too-deep", "the template nests deeper than Jinja2 can parse (Python's recursion limit)",
+                      (_template_line(exc), None), "a spec template needs a few levels of blocks and brackets")
     except jinja2.TemplateSyntaxError as exc:
         where = (exc.lineno, None)
         _failer(file)("template-syntax", exc.message or str(exc), where, None)
@@ -147,6 +163,14 @@ def _render(file: str, text: str, variables: Mapping[str, str]) -> str:
     raise AssertionError("unreachable")
 
 
+_TEMPLATE_HINTS = {
+    "template-too-long": "a spec template needs a few loops over subcollectors or workers; generate larger specs "
+                         "with a program",
+    "template-too-large": "a spec needs short strings and lists: check the numbers given to *, ** and the filters",
+    "spec-too-large": SMALLER,
+}
+
+
 def _template_line(exc: BaseException) -> int | None:
     tb = exc.__traceback__
     line = None
@@ -159,7 +183,7 @@ def _template_line(exc: BaseException) -> int | None:
 
 def _failer(file: str):
     def fail(code: str, message: str, where: Any, hint: str | None):
-        if isinstance(where, yaml.Mark):
+        if hasattr(where, "line"):  # a yaml.Mark, or libyaml's
             line, column = where.line + 1, where.column + 1
         elif isinstance(where, tuple):
             line, column = where
@@ -207,9 +231,8 @@ def _build(node: yaml.Node, path: Path, source: Source, problems: list[Diagnosti
 
 
 def _scalar(node: yaml.ScalarNode, path: Path, source: Source, problems: list[Diagnostic]) -> Any:
-    loader = yaml.SafeLoader("")
     try:
-        return loader.construct_object(node, deep=True)
+        return yaml.constructor.SafeConstructor().construct_object(node, deep=True)
     except Exception as exc:  # noqa: BLE001 - PyYAML's constructors raise anything on odd input (!!timestamp x)
         # an unknown tag (!custom), or a value its type refuses (2024-13-45 is no date)
         message = exc.problem if isinstance(exc, yaml.MarkedYAMLError) and exc.problem else str(exc)

@@ -1,7 +1,7 @@
 """Compile a validated spec into a plan: one row per worker with its exact create_env_kwargs.
 
 Pure and deterministic; imports neither torch nor a simulator. The plan is plain JSON data
-(``docs/plan-format.md``); :func:`dumps` gives its canonical bytes.
+(``docs/plan-format.md``); :func:`dumps` gives its canonical bytes, sealed with its digest.
 """
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from .assign import GROUP_ID_OFFSET, assign
 from .coverage import coverage
 from .errors import SpecError
 from .load import Source
+from .planfile import FORMAT, seal
 from .validate import Checked
 
-FORMAT = "topo.plan/1"
+__all__ = ["FORMAT", "compile_checked", "dumps", "preload_modules", "rows"]
 
 
 def compile_checked(source: Source, checked: Checked) -> dict[str, Any]:
@@ -109,5 +110,5 @@ def rows(plan: dict[str, Any]):
 
 
 def dumps(plan: dict[str, Any]) -> str:
-    """Canonical JSON: the same plan gives the same bytes."""
-    return json.dumps(plan, indent=1, sort_keys=False, ensure_ascii=False) + "\n"
+    """Canonical JSON with the plan's digest (:func:`topo.planfile.seal`): the same plan gives the same bytes."""
+    return json.dumps(seal(plan), indent=1, sort_keys=False, ensure_ascii=False) + "\n"

@@ -6,6 +6,7 @@ from typing import Any, Iterable
 
 from .diagnostics import Diagnostic
 from .plan import dumps
+from .planfile import seal
 
 COLUMNS = (("w", "index"), ("g", "global_index"), ("task", "task_id"), ("group_id_offset", "group_id_offset"),
            ("seed", "seed"), ("init", "init"), ("gpu", "render_gpu"), ("instruction", "instruction"))
@@ -17,7 +18,7 @@ def plan_text(plan: dict[str, Any], fmt: str = "table", limit: int | None = None
     if fmt == "yaml":
         import yaml
 
-        return yaml.safe_dump(plan, sort_keys=False, allow_unicode=True, width=1000)
+        return yaml.safe_dump(seal(plan), sort_keys=False, allow_unicode=True, width=1000)
     return table(plan, limit, width) + "\n" + coverage_text(plan)
 
 

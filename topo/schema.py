@@ -1,4 +1,4 @@
-"""The JSON Schema (Draft 2020-12) of a spec, shipped in the package, and its errors as diagnostics."""
+"""The JSON Schemas (Draft 2020-12) of a spec and of a plan, shipped in the package, and their errors as diagnostics."""
 from __future__ import annotations
 
 import difflib
@@ -17,30 +17,49 @@ _TYPE_NAMES = {
 }
 
 
-@functools.lru_cache(maxsize=1)
-def schema() -> dict:
-    return json.loads(resources.files("topo.schemas").joinpath(SCHEMA_FILE).read_text())
+@functools.lru_cache(maxsize=None)
+def schema(name: str = SCHEMA_FILE) -> dict:
+    return json.loads(resources.files("topo.schemas").joinpath(name).read_text())
 
 
-@functools.lru_cache(maxsize=1)
-def _validator():
+@functools.lru_cache(maxsize=None)
+def _validator(name: str = SCHEMA_FILE, part: str | None = None):
     from jsonschema import Draft202012Validator, validators
 
     # JSON Schema counts 2.0 as an integer, but a count written 2.0 is a float that range() refuses
     types = Draft202012Validator.TYPE_CHECKER.redefine(
         "integer", lambda checker, value: isinstance(value, int) and not isinstance(value, bool))
-    return validators.extend(Draft202012Validator, type_checker=types)(schema())
+    whole = schema(name)
+    target = whole if part is None else {"$defs": whole["$defs"], "$ref": f"#/$defs/{part}"}
+    return validators.extend(Draft202012Validator, type_checker=types)(target)
 
 
 def check(data: Any) -> list[Diagnostic]:
     """Every schema violation in ``data``, one diagnostic each, in document order."""
+    data_json = _string_keys(data)
+    if quick()(data_json):
+        return []
+    found = violations(data_json)
+    return merge_misspelt([replace(d, path=_original_path(data, d.path)) for d in found])
+
+
+@functools.lru_cache(maxsize=None)
+def quick(name: str = SCHEMA_FILE, part: str | None = None):
+    """Schema ``name`` (or its ``$defs`` entry ``part``) as a predicate: the fast path (:mod:`topo.quickschema`)."""
+    from .quickschema import compile_schema
+
+    whole = schema(name)
+    return compile_schema(whole if part is None else {"$ref": f"#/$defs/{part}"}, whole)
+
+
+def violations(data: Any, name: str = SCHEMA_FILE, part: str | None = None) -> list[Diagnostic]:
+    """Every violation of schema ``name`` (of its ``$defs`` entry ``part``, when given) by JSON data."""
     out: list[Diagnostic] = []
-    for err in _validator().iter_errors(_string_keys(data)):
+    for err in _validator(name, part).iter_errors(data):
         for d in _diagnostics(err):
-            d = replace(d, path=_original_path(data, d.path))
             if d not in out:  # jsonschema reports 'required' once per missing key, each naming them all
                 out.append(d)
-    return merge_misspelt(out)
+    return out
 
 
 def _original_path(data: Any, path: tuple) -> tuple:

@@ -15,6 +15,7 @@ from . import placement, schema
 from .assign import task_list
 from .backends import Assignment, Backend, TaskCatalog, builtin_names, get_backend, is_factory_path
 from .diagnostics import Diagnostic, error, sort_key, warning
+from .limits import MAX_SUBCOLLECTOR_IDS, MAX_TASK_IDS
 from .load import Source
 from .spec import Spec, from_data, parse_task_item
 
@@ -47,7 +48,9 @@ def validate(source: Source) -> Checked:
     backend = catalog = None
     if isinstance(source.data, dict):
         repaired = _without(_respelt(source.data, found), [d.path for d in found if not d.suggestion])
-        if not schema.check(repaired):
+        too_wide = _too_many_ids(repaired)
+        found += too_wide
+        if not too_wide and not schema.check(repaired):
             spec = from_data(repaired)
             backend, catalog, rule_diags = _rules(spec)
             found += rule_diags
@@ -83,6 +86,37 @@ def _without(data: dict, paths: list[tuple]) -> dict:
         elif isinstance(node, list) and isinstance(key, int) and key < len(node):
             node[key] = None
     return out
+
+
+def _too_many_ids(data: dict) -> list[Diagnostic]:
+    """Task and subcollector ranges naming more ids than any topology can use, refused before they expand."""
+    assign, placed = data.get("assignment"), data.get("placement")
+    tasks = assign.get("tasks") if isinstance(assign, dict) else None
+    overrides = placed.get("overrides") if isinstance(placed, dict) else None
+    named = [(("assignment", "tasks"), tasks)] if isinstance(tasks, (str, list)) else []
+    out = _ids_within(named, MAX_TASK_IDS, "task", "workers cycle through the tasks: name at most as many as there "
+                      "are workers")
+    named = [(("placement", "overrides", i, "subcollectors"), o.get("subcollectors"))
+             for i, o in enumerate(overrides if isinstance(overrides, list) else []) if isinstance(o, dict)]
+    return out + _ids_within(named, MAX_SUBCOLLECTOR_IDS, "subcollector", "a topology has at most 4,096 subcollectors")
+
+
+def _ids_within(named: list[tuple[tuple, Any]], limit: int, what: str, hint: str) -> list[Diagnostic]:
+    spans = []
+    for path, items in named:
+        for i, item in enumerate(items if isinstance(items, list) else [items]):
+            where = path + (i,) if isinstance(items, list) else path
+            if isinstance(item, int) and not isinstance(item, bool):
+                spans.append((1, where, item))
+            elif isinstance(item, str) and item.count("-") == 1 and all(p.strip().isdigit() for p in item.split("-")):
+                lo, hi = (int(part) for part in item.split("-"))
+                spans.append((max(0, hi - lo + 1), where, item))
+    total = sum(span for span, _, _ in spans)
+    if total <= limit:
+        return []
+    span, where, item = max(spans, key=lambda s: s[0])
+    return [error("range-too-large", f"{what} ranges name {total:,} ids in all (limit {limit:,}); {item!r} alone names "
+                  f"{span:,}", where, hint)]
 
 
 def _respelt(data: dict, found: list[Diagnostic]) -> dict:

@@ -4,12 +4,14 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import topo
 from topo.load import parse
 from topo.plan import compile_checked, dumps
+from topo.planfile import check, seal
 
 from compiler_helpers import GROUP_ID_OFFSET, rows, spec_text
 
@@ -171,8 +173,9 @@ def test_deterministic_and_json_round_trip(case):
     first, second = _compile(data), _compile(data)
     text = dumps(first)
     assert text == dumps(second)
-    assert json.loads(text) == first
+    assert json.loads(text) == seal(first)
     assert dumps(json.loads(text)) == text
+    assert check(json.loads(text), require_digest=True) == []  # topo reads every plan it writes
 
 
 # --- robustness: a spec broken anywhere gets diagnostics, never an exception -------------------------
@@ -219,7 +222,7 @@ def test_broken_specs_never_raise(data):
         assert d.code and d.message and d.file == "broken.yaml"
     if not checked.errors:
         plan = compile_checked(source, checked)
-        assert json.loads(dumps(plan)) == plan
+        assert json.loads(dumps(plan)) == seal(plan)
 
 
 YAML_BITS = st.sampled_from(
@@ -240,3 +243,26 @@ def test_any_text_gives_diagnostics_not_exceptions(text):
         assert err.diagnostics and all(d.code and d.file == "fuzz.yaml" for d in err.diagnostics)
         return
     topo.validate(source)
+
+
+@SETTINGS
+@given(broken_specs())
+def test_quick_schema_agrees_with_jsonschema(data):
+    from topo import schema
+
+    as_json = schema._string_keys(data)
+    assert schema.quick()(as_json) == (not schema.violations(as_json))
+
+
+@pytest.mark.parametrize("edit", [
+    {"version": True}, {"version": 1.0}, {"version": "1"}, {"assignment": {"instructions": {"a": "x"}}},
+    {"assignment": {"instructions": {"3": "x"}}}, {"assignment": {"tasks": " 3 - 5 "}}, {"assignment": {"tasks": [1.0]}},
+    {"topology": {"subcollectors": 2, "workers_per_subcollector": [2, 2.0]}}, {"collector": {"sync": 1}},
+    {"assignment": {"render_gpus": None}}, {"topology": {"subcollectors": 2, "workers_per_subcollector": True}},
+])
+def test_quick_schema_agrees_on_edge_cases(edit):
+    from topo import schema
+
+    data = {"version": 1, "env": {"backend": "toy"}, "topology": {"subcollectors": 2, "workers_per_subcollector": 2},
+            **edit}
+    assert schema.quick()(data) == (not schema.violations(data))

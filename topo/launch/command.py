@@ -28,8 +28,10 @@ import click
 @click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Template variable of a spec.")
 @click.option("--spec", "spec_path", type=click.Path(exists=True, dir_okay=False),
               help="The spec a saved plan came from (refuse the plan if it changed).")
+@click.option("--allow-edited-plan", is_flag=True,
+              help="Run a saved plan changed after topo wrote it (its digest no longer matches, or it has none).")
 def launch(source, batches, policy_factory, report_dir, quiet, startup_timeout, max_concurrent_starts, assignments,
-           spec_path):
+           spec_path, allow_edited_plan):
     """Launch SOURCE (a spec, or a plan written by `topo plan -o`) and collect a few batches."""
     from .. import gl
     from ..errors import Interrupted, TopoError
@@ -41,7 +43,8 @@ def launch(source, batches, policy_factory, report_dir, quiet, startup_timeout, 
         from . import plans
         from .session import Run
 
-        plan = plans.resolve(source, parse_assignments(assignments), spec_path)
+        plan = plans.resolve(source, parse_assignments(assignments), spec_path, allow_edited=allow_edited_plan,
+                             quiet=quiet)
         run = Run(plan, policy_factory=policy_factory, report_dir=report_dir, progress=not quiet,
                   progress_while_collecting=True, startup_timeout=startup_timeout,
                   max_concurrent_starts=max_concurrent_starts, process_logs=True)

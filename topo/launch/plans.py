@@ -1,43 +1,51 @@
 """What ``topo launch`` runs: a spec compiled now, or a saved plan that must still match its spec.
 
 Like ``terraform apply``, a saved plan is refused when it was written by an incompatible topo or
-when its spec changed since (same variables, different sha256 of the rendered text).
+when its spec changed since (same variables, different sha256 of the rendered text); and, like any
+input, when it is malformed or was changed after topo wrote it (:mod:`topo.planfile`).
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any, Mapping
 
+from .. import planfile
+from ..diagnostics import Diagnostic
 from ..errors import StalePlanError, UsageError
 
 SHUTDOWN_BASE_S = 10.0
 SHUTDOWN_PER_WORKER_S = 5.0  # a ParallelEnv in worker-metadata mode closes its workers one at a time
 
 
-def read_plan(path: str) -> dict | None:
-    """The plan saved at ``path``, or None when the file is not a plan (then it is a spec)."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if isinstance(data, dict) and str(data.get("format", "")).startswith("topo.plan/"):
-        return data
-    return None
+def read_plan(path: str, *, allow_edited: bool = False, warnings: list[Diagnostic] | None = None) -> dict | None:
+    """The plan saved at ``path``, checked (:func:`check_plan`); None when the file is not a plan (then it is a spec).
+
+    A plan file must carry the digest ``topo plan -o`` writes: one without it, or whose content no
+    longer matches it, is refused unless ``allow_edited`` (then ``warnings`` receives what changed).
+    """
+    plan = planfile.read(path)
+    if plan is not None:
+        found = planfile.check(plan, file=path, allow_edited=allow_edited, require_digest=True)
+        if warnings is not None:
+            warnings.extend(found)
+    return plan
+
+
+def check_plan(plan: Any, *, allow_edited: bool = False, name: str = "<plan>") -> list[Diagnostic]:
+    """Raise :class:`SpecError` (exit 2, each field named) unless the in-memory ``plan`` can run as it is.
+
+    A digest, when the plan has one, must match (unless ``allow_edited``); a plan fresh from
+    :func:`topo.compile_spec` has none and needs none. Returns the warnings.
+    """
+    return planfile.check(plan, file=name, allow_edited=allow_edited)
 
 
 def check_fresh(plan: Mapping[str, Any], spec_path: str | None) -> str | None:
     """Raise :class:`StalePlanError` unless the plan can run; returns the spec file it was checked against."""
-    from .. import __version__, load
-    from ..plan import FORMAT
+    from .. import load
 
-    if plan.get("format") != FORMAT:
-        raise StalePlanError(f"plan format {plan.get('format')!r} is not {FORMAT!r}; re-run `topo plan`")
-    if _major(plan.get("topo_version")) != _major(__version__):
-        raise StalePlanError(
-            f"plan written by topo {plan.get('topo_version')}, this is topo {__version__}; re-run `topo plan`")
+    planfile.check_compatible(plan)
     recorded = plan.get("spec") or {}
     path = spec_path or recorded.get("path")
     if not path or not os.path.isfile(path):
@@ -50,10 +58,6 @@ def check_fresh(plan: Mapping[str, Any], spec_path: str | None) -> str | None:
     return path
 
 
-def _major(version: Any) -> str:
-    return str(version).split(".")[0]
-
-
 def shutdown_budget(plan: Mapping[str, Any]) -> float:
     """Seconds the collector gets to close every env: the plan's, or sized to the largest subcollector."""
     given = plan["launch"].get("shutdown_timeout")
@@ -63,25 +67,32 @@ def shutdown_budget(plan: Mapping[str, Any]) -> float:
     return SHUTDOWN_BASE_S + SHUTDOWN_PER_WORKER_S * largest
 
 
-def resolve(source: Any, variables: Mapping[str, str] | None = None, spec_path: str | None = None) -> dict:
-    """The plan to run: a plan dict as given, a saved plan still fresh, or a spec compiled now.
+def resolve(source: Any, variables: Mapping[str, str] | None = None, spec_path: str | None = None, *,
+            allow_edited: bool = False, quiet: bool = False) -> dict:
+    """The plan to run: a plan dict (checked), a saved plan (checked, and still fresh), or a spec compiled now.
 
-    Compiler warnings and notes go to stderr, as ``topo plan`` prints them.
+    Compiler warnings and notes go to stderr, as ``topo plan`` prints them (``quiet``: errors only).
     """
     from .. import compile_source, load, render
 
+    def say(diagnostics: list[Diagnostic]) -> None:
+        if diagnostics and not quiet:
+            print(render.diagnostics_text(diagnostics), end="", file=sys.stderr)
+
     if isinstance(source, dict):
+        say(check_plan(source, allow_edited=allow_edited))
         return source
     path = os.fspath(source)
-    plan = read_plan(path)
+    notes: list[Diagnostic] = []
+    plan = read_plan(path, allow_edited=allow_edited, warnings=notes)
+    say(notes)
     if plan is None:
-        if spec_path:
-            raise UsageError("spec= (--spec) only applies to a saved plan")
-        return compile_source(load(path, variables or {}),
-                              on_warnings=lambda found: print(render.diagnostics_text(found), end="", file=sys.stderr))
+        if spec_path or allow_edited:
+            raise UsageError("--spec and --allow-edited-plan (spec=, allow_edited=) only apply to a saved plan")
+        return compile_source(load(path, variables or {}), on_warnings=say)
     if variables:
         raise UsageError("template variables (--set) only apply to a spec: a plan is already rendered")
-    if check_fresh(plan, spec_path) is None:
+    if check_fresh(plan, spec_path) is None and not quiet:
         print(f"note: spec {(plan.get('spec') or {}).get('path')!r} not found: the plan was not checked against it"
               " (pass --spec)", file=sys.stderr)
     return plan

@@ -393,15 +393,16 @@ class Run:
             print(f"topo: run directory kept: {run}", file=sys.stderr)
 
 
-def collector(source, *, variables: dict[str, str] | None = None, spec: str | None = None, **options: Any) -> Run:
-    """A :class:`Run` of ``source``: a spec path, a saved plan's path, or a plan dict.
+def collector(source, *, variables: dict[str, str] | None = None, spec: str | None = None, allow_edited: bool = False,
+              **options: Any) -> Run:
+    """A :class:`Run` of ``source``: a spec path, a saved plan's path, or a plan dict (each checked).
 
     ``variables`` render a Jinja2 spec; ``spec`` is the spec a saved plan came from (the plan is refused
-    if it changed). Every other keyword goes to :class:`Run` (``policy_factory``, ``policy``,
-    ``report_dir``, ``startup_timeout``, ...) or, if :class:`Run` does not take it, to the torchrl
-    collector (``replay_buffer``, ``env_device``, ``trajs_per_batch``, ...).
+    if it changed); ``allow_edited`` runs a plan whose digest no longer matches. Every other keyword goes
+    to :class:`Run` (``policy_factory``, ``policy``, ``report_dir``, ``startup_timeout``, ...) or, if
+    :class:`Run` does not take it, to the torchrl collector (``replay_buffer``, ``env_device``, ...).
     """
-    return Run(plans.resolve(source, variables, spec), **options)
+    return Run(plans.resolve(source, variables, spec, allow_edited=allow_edited), **options)
 
 
 def _check_replay_buffer(rb) -> None:
