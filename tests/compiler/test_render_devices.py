@@ -52,8 +52,10 @@ def test_no_render_devices_carry_no_numbering():
 
 def test_dry_run_says_which_numbering():
     egl = plan_text(compile_dict(recipe_like({"render_devices": EGL_RECIPE})), limit=1)
-    assert "subcollector 0: 8 workers, render gpu 2 (egl)" in egl and "subcollector 3: 8 workers, render gpu 5 (egl)" in egl
-    assert "workers per render device (egl indices, device-zero fallback): gpu 2: 8, gpu 3: 8, gpu 4: 8, gpu 5: 8" in egl
+    assert "subcollector 0: 8 workers, render gpu 2 (egl)" in egl
+    assert "subcollector 3: 8 workers, render gpu 5 (egl)" in egl
+    assert "workers per render device (egl indices, device-zero fallback): gpu 2: 8, gpu 3: 8, gpu 4: 8, gpu 5: 8" \
+        in egl
     cuda = plan_text(compile_dict(recipe_like({"render_gpus": [0, 1]}, subs=2)), limit=1)
     assert "subcollector 1: 8 workers, render gpu 1 (cuda)" in cuda
     assert "workers per render device (cuda indices): gpu 0: 8, gpu 1: 8" in cuda
