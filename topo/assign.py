@@ -9,7 +9,8 @@ of worker ``w`` of subcollector ``c``:
   group_repeats = candidate_size (when groups are declared), group_id_mode = episode;
 - with parallel group repeats: logical = g // size, task = tasks[logical % T],
   group_id_offset = logical * 10**6, group_repeats = candidate_size // size, group_id_mode = init_state;
-- render GPU = render_gpus[c % len] for every worker of subcollector c.
+- render GPU = render_gpus[c % len] for every worker of subcollector c (an id in the spec's numbering:
+  CUDA by default, EGL for ``render_devices: {numbering: egl}``).
 """
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ LAZY_COMMANDS = {
     "launch": "topo.launch.command:launch",
     "doctor": "topo.doctor:doctor",
     "bench": "topo.bench.command:bench",
+    "import": "topo.importers.command:import_",
 }
 
 
@@ -53,6 +54,7 @@ def main():
     topo launch SPEC|PLAN       run it: nested collectors, worker metadata, report
     topo doctor SPEC            can this host run it (GL, assets, devices, memory)?
     topo bench SPEC             startup of each way to build it, against the limit
+    topo import vla-grpo CFG    a spec from torchrl's vla_grpo recipe config
     """
 
 

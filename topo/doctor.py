@@ -1,7 +1,8 @@
 """``topo doctor SPEC``: can this host launch that topology? One line per check: ok / warn / FAIL.
 
 Checks: the backend's runtime imports, a GL context (when the env renders), the render GPUs the spec
-names, LIBERO task files, init states, assets and path config, and memory. Anything that may hang or
+names (in its numbering, CUDA or EGL) and whether this host's EGL and CUDA number its GPUs alike, LIBERO
+task files, init states, assets and path config, and memory. Anything that may hang or
 crash (imports, GL, EGL) runs in a subprocess with a timeout. Exit 1 when a check fails.
 Importing this module imports neither torch nor a simulator.
 """
@@ -87,8 +88,15 @@ def run_checks(plan: dict) -> list[Check]:
     checks = [check_imports(plan, results["imports"])]
     if "gl" in results:
         checks.append(check_gl(results["gl"]))
+    render = plan.get("render") or {}  # plans written before render numbering: CUDA indices
+    numbering, fallback = render.get("numbering") or "cuda", bool(render.get("device_zero_fallback"))
+    nvidia = _nvidia_gpus() if gpus or "gl" in results else None
     if gpus or "gl" in results:
-        checks.append(check_devices(gpus, results.get("egl"), _nvidia_gpus(), _gl_per_gpu(gpus, results.get("egl"))))
+        gl = _gl_per_gpu(gpus, results.get("egl"), numbering, fallback)
+        checks.append(check_devices(gpus, results.get("egl"), nvidia, gl, numbering, fallback))
+    if gpus:
+        cuda = _visible_count(len(nvidia)) if nvidia else 0
+        checks.append(check_numbering((results.get("egl") or {}).get("devices"), cuda, numbering, gpus))
     if backend == "libero":
         checks.extend(check_libero(plan, results["imports"]))
     engine = (plan.get("placement") or {}).get("engine", "local")
@@ -101,13 +109,30 @@ def run_checks(plan: dict) -> list[Check]:
     return checks
 
 
-def _gl_per_gpu(gpus: list[int], egl: dict | None) -> dict[int, dict]:
+def _gl_per_gpu(gpus: list[int], egl: dict | None, numbering: str = "cuda", fallback: bool = False) -> dict[int, dict]:
     """A GL context on the EGL device of each render GPU, as its workers will create it."""
-    devices = (egl or {}).get("devices") or []
-    targets = {g: devices.index(g) for g in gpus if devices.count(g) == 1}
-    procs = {g: _start("gl", env={"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl", "MUJOCO_EGL_DEVICE_ID": str(e)})
-             for g, e in targets.items()}
+    resolved = _resolve_all(gpus, (egl or {}).get("devices") or [], numbering, fallback)
+    procs = {}
+    for g, r in resolved.items():
+        if isinstance(r, dict):
+            env = {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl", "MUJOCO_EGL_DEVICE_ID": str(r["egl_device"])}
+            if r["fallback"] is not None:
+                env["CUDA_VISIBLE_DEVICES"] = r["fallback"]
+            procs[g] = _start("gl", env=env)
     return {g: _finish(proc, GL_TIMEOUT) for g, proc in procs.items()}
+
+
+def _resolve_all(gpus: list[int], devices: list[int | None], numbering: str, fallback: bool) -> dict[int, dict | str]:
+    """Each render id's device as its worker will resolve it (:func:`topo.envs.libero.resolve_device`), or why not."""
+    from .envs.libero import resolve_device
+
+    out: dict[int, dict | str] = {}
+    for g in gpus:
+        try:
+            out[g] = resolve_device(g, numbering, fallback, devices)
+        except RuntimeError as exc:
+            out[g] = str(exc)
+    return out
 
 
 # -- checks (pure: they take what the probes found) --------------------------------------------------
@@ -132,38 +157,86 @@ def check_gl(probe: dict) -> Check:
 
 
 def check_devices(gpus: list[int], egl: dict | None, nvidia: list[str] | None,
-                  gl: dict[int, dict] | None = None) -> Check:
-    """The render GPUs named in the plan: visible to CUDA, shown by one EGL device each, and rendering there."""
+                  gl: dict[int, dict] | None = None, numbering: str = "cuda", fallback: bool = False) -> Check:
+    """The render devices named in the plan, resolved as the workers will (CUDA ids: visible to CUDA and shown
+    by one EGL device each; EGL ids: within this host's EGL devices, or the device-zero fallback), and rendering."""
     if not gpus:
         return Check("render-gpus", OK, "the spec names no render GPU: workers render on the CPU (EGL on Mesa, or OSMesa)")
     devices = (egl or {}).get("devices")
     seen = _describe_egl(devices or [])
     egl_hint = "install NVIDIA's EGL driver (libEGL_nvidia.so, /usr/share/glvnd/egl_vendor.d/10_nvidia.json)"
-    if nvidia is None:
-        return Check("render-gpus", FAIL, f"the spec renders on GPU(s) {gpus} but this host has no NVIDIA GPU "
-                     f"(nvidia-smi not found or failing; {seen})", "drop assignment.render_gpus to render on the CPU, "
-                     "or run `topo doctor` on the launch host")
-    visible = _visible_count(len(nvidia))
-    missing = [g for g in gpus if g >= visible]
-    if missing:
-        return Check("render-gpus", FAIL, f"render GPU(s) {missing} do not exist: {visible} CUDA device(s) visible "
-                     f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})",
-                     f"use CUDA indices 0-{visible - 1} in assignment.render_gpus" if visible else None)
+    if numbering == "cuda":
+        if nvidia is None:
+            return Check("render-gpus", FAIL, f"the spec renders on GPU(s) {gpus} but this host has no NVIDIA GPU "
+                         f"(nvidia-smi not found or failing; {seen})", "drop assignment.render_gpus to render on the "
+                         "CPU, or run `topo doctor` on the launch host")
+        visible = _visible_count(len(nvidia))
+        missing = [g for g in gpus if g >= visible]
+        if missing:
+            return Check("render-gpus", FAIL, f"render GPU(s) {missing} do not exist: {visible} CUDA device(s) visible "
+                         f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})",
+                         f"use CUDA indices 0-{visible - 1} in assignment.render_gpus" if visible else None)
     if egl is None or egl.get("error"):
         return Check("render-gpus", FAIL, f"cannot list EGL devices: {(egl or {}).get('error')}", egl_hint)
-    unmapped = [g for g in gpus if devices.count(g) != 1]
-    if unmapped:
-        return Check("render-gpus", FAIL, f"no single EGL device shows CUDA device(s) {unmapped} ({seen})", egl_hint)
+    resolved = _resolve_all(gpus, devices or [], numbering, fallback)
+    unresolved = [g for g, r in resolved.items() if isinstance(r, str)]
+    if unresolved and numbering == "cuda":
+        return Check("render-gpus", FAIL, f"no single EGL device shows CUDA device(s) {unresolved} ({seen})", egl_hint)
+    if unresolved:
+        return Check("render-gpus", FAIL, f"EGL device(s) {unresolved} do not exist: {seen}",
+                     f"use EGL ids below {len(devices)}, or device_zero_fallback: true where EGL lists only the "
+                     "GPUs in CUDA_VISIBLE_DEVICES" if devices else egl_hint)
     gl = gl or {}
     broken = {g: r["error"] for g, r in gl.items() if r.get("error")}
     if broken:
         return Check("render-gpus", FAIL, "no GL context on " + "; ".join(
-            f"CUDA {g} (EGL {devices.index(g)}): {e}" for g, e in broken.items()), egl_hint)
-    parts = [f"CUDA {g} -> EGL {devices.index(g)} ({gl.get(g, {}).get('renderer') or 'not probed'})" for g in gpus]
+            f"{_device_name(g, resolved[g])}: {e}" for g, e in broken.items()), egl_hint)
+    parts = [f"{_device_name(g, resolved[g])} ({gl.get(g, {}).get('renderer') or 'not probed'})" for g in gpus]
     software = [g for g in gpus if _software(gl.get(g, {}).get("renderer"))]
     if software:
         return Check("render-gpus", WARN, ", ".join(parts) + f": GPU(s) {software} render in software", egl_hint)
-    return Check("render-gpus", OK, ", ".join(parts) + f"; {len(nvidia)} NVIDIA GPU(s), {len(devices)} EGL device(s)")
+    nvidia_count = f"{len(nvidia)} NVIDIA GPU(s)" if nvidia else "no NVIDIA GPU"
+    return Check("render-gpus", OK, ", ".join(parts) + f"; {nvidia_count}, {len(devices)} EGL device(s)")
+
+
+def check_numbering(devices: list[int | None] | None, cuda_count: int, numbering: str, ids: list[int]) -> Check:
+    """Whether EGL lists this host's GPUs in CUDA's order: where it does not, one id names two different GPUs
+    (an EGL id copied into a CUDA-numbered spec, or the reverse, renders elsewhere)."""
+    if not devices:
+        return Check("render-numbering", WARN, "no EGL device listed: cannot compare EGL and CUDA numbering",
+                     "see the render-gpus check")
+    shown = [(e, c) for e, c in enumerate(devices) if c is not None]
+    if not shown:
+        return Check("render-numbering", OK, f"none of the {len(devices)} EGL device(s) is a CUDA GPU "
+                     f"({cuda_count} CUDA device(s) visible): EGL and CUDA numbering name no common device here")
+    order = ", ".join(f"EGL {e} = CUDA {c}" for e, c in shown)
+    differ = [e for e, c in shown if e != c]
+    unseen = cuda_count - len(shown)
+    if not differ and unseen <= 0:
+        return Check("render-numbering", OK, f"EGL and CUDA number the {len(shown)} GPU(s) alike ({order}): "
+                     "an id names the same GPU in either numbering")
+    detail = f"EGL and CUDA number the GPUs differently here: {order}" if differ else f"EGL lists {order}"
+    if unseen > 0:
+        detail += f"; EGL shows {len(shown)} of the {cuda_count} CUDA device(s)"
+    if numbering == "cuda":
+        return Check("render-numbering", OK, detail + "; the spec's ids are CUDA indices, mapped to their EGL devices")
+    named = ", ".join(f"EGL {g} = CUDA {devices[g]}" if g < len(devices) and devices[g] is not None else
+                      f"EGL {g} = no CUDA device" if g < len(devices) else f"EGL {g} not listed" for g in ids)
+    hint = "ids taken from nvidia-smi, torch or CUDA_VISIBLE_DEVICES are CUDA indices: write those with " \
+           "render_devices.numbering: cuda (or render_gpus)"
+    if unseen > 0:
+        hint += "; where EGL only lists the GPUs in CUDA_VISIBLE_DEVICES, device_zero_fallback: true renders an id " \
+                "it does not list on EGL 0"
+    return Check("render-numbering", WARN, detail + f"; the spec's ids are EGL indices: {named}", hint)
+
+
+def _device_name(g: int, r: dict) -> str:
+    """One resolved render id: 'CUDA 0 -> EGL 2', 'EGL 2 = CUDA 0', 'EGL 5 -> EGL 0 with CUDA_VISIBLE_DEVICES=5,0'."""
+    if r["numbering"] == "cuda":
+        return f"CUDA {g} -> EGL {r['egl_device']}"
+    if r["fallback"] is not None:
+        return f"EGL {g} -> EGL {r['egl_device']} with CUDA_VISIBLE_DEVICES={r['fallback']} (device-zero fallback)"
+    return f"EGL {g} = " + (f"CUDA {r['cuda_device']}" if r["cuda_device"] is not None else "not a CUDA GPU")
 
 
 def _describe_egl(devices: list[int | None]) -> str:

@@ -147,7 +147,7 @@ def check(spec: Spec, memory_per_worker_gb: float | None) -> list[Diagnostic]:
     for c, r in enumerate(requests):
         gpu = spec.render_gpus[c % len(spec.render_gpus)] if spec.render_gpus else None
         where = _resource_path(spec, c)
-        if gpu is not None and r.gpus < gpu + 1:
+        if gpu is not None and spec.render_numbering == "cuda" and r.gpus < gpu + 1:  # EGL ids count the node's devices
             add(error, "placement-render-gpu-not-visible",
                 f"{{who}} {{renders}} on GPU {gpu} but {{asks}} for {r.gpus:g} GPU(s); a Ray actor sees only its own "
                 f"GPUs, numbered from 0 (it needs gpus >= {gpu + 1})",

@@ -37,6 +37,8 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
         raise SpecError(checked.diagnostics)
     spec, backend, catalog = checked.spec, checked.backend, checked.catalog
     shared = spec.env_kwargs
+    numbering = spec.render_numbering if spec.render_gpus else None
+    fallback = spec.render_fallback and numbering == "egl"
     subcollectors = []
     for c, rows in enumerate(assign(spec, backend, catalog)):
         workers = []
@@ -55,12 +57,15 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
                 "init_state_mode": a.init_state_mode,
                 "init_state_id": a.init_state_id,
                 "render_gpu": a.render_gpu,
+                "render_numbering": numbering,
                 "kwargs": {
                     "backend": spec.backend,
                     "builder": backend.builder,
                     "env": backend.env_kwargs(shared, a),
                     "seed": a.seed,
                     "render_gpu": a.render_gpu,
+                    "render_numbering": numbering,
+                    "render_fallback": fallback,
                     "worker": {"subcollector": a.subcollector, "index": a.index, "global_index": a.global_index},
                 },
             })
@@ -86,6 +91,7 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
             "size": spec.groups.size, "candidate_size": spec.groups.candidate_size,
             "parallel_repeats": spec.groups.parallel_repeats,
         } if spec.groups.declared else None,
+        "render": {"numbering": numbering, "device_zero_fallback": fallback} if numbering else None,
         "seeds": {"strategy": "list" if spec.seed_list is not None else spec.seed_strategy, "base": spec.seed_base},
         "placement": placement.plan_section(spec),
         "policy": None if spec.policy is None else {

@@ -47,7 +47,7 @@ def table(plan: dict[str, Any], limit: int | None = None, width: int = 120) -> s
         cells = [[_cell(r, key) for _, key in COLUMNS] for r in shown]
         widths = [max([len(title)] + [len(c[i]) for c in cells]) for i, (title, _) in enumerate(COLUMNS[:-1])]
         room = max(width - sum(widths) - 2 * len(widths), 16)
-        gpu = "-" if sub["render_gpu"] is None else sub["render_gpu"]
+        gpu = "-" if sub["render_gpu"] is None else f"{sub['render_gpu']} ({plan['render']['numbering']})"
         lines.append("")
         lines.append(f"subcollector {sub['index']}: {sub['num_workers']} workers, render gpu {gpu}"
                      + _placed(plan, sub["index"]))
@@ -95,13 +95,25 @@ def coverage_text(plan: dict[str, Any]) -> str:
     gpus = ", ".join(f"{'cpu' if r['render_gpu'] is None else 'gpu ' + str(r['render_gpu'])}: {r['workers']}"
                      for r in cov["render_gpus"])
     placement = plan.get("placement") or {}
-    local = " (actor-local indices)" if placement.get("engine") == "ray" else ""
-    lines.append(f"  workers per render device{local}: {gpus}")
+    lines.append(f"  workers per render device{_numbering(plan)}: {gpus}")
     if placement.get("engine") == "ray":
         nodes = sorted({e["node"] for e in placement["subcollectors"] if e["node"]})
         lines.append(f"  placement: ray at {placement['address']}, {len(placement['subcollectors'])} actor(s)"
                      + (f" on {len(nodes)} node(s)" if nodes else ""))
     return "\n".join(lines) + "\n"
+
+
+def _numbering(plan: dict[str, Any]) -> str:
+    """How the render device ids count: ' (egl indices, device-zero fallback)', or '' when none is named."""
+    render = plan.get("render")
+    if not render:
+        return ""
+    notes = [f"{render['numbering']} indices"]
+    if render["device_zero_fallback"]:
+        notes.append("device-zero fallback")
+    if (plan.get("placement") or {}).get("engine") == "ray" and render["numbering"] == "cuda":
+        notes.append("actor-local")
+    return f" ({', '.join(notes)})"
 
 
 def _runs(values: list[int]) -> str:

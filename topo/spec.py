@@ -57,7 +57,9 @@ class Spec:
     seed_base: int
     seed_strategy: str
     seed_list: tuple[int, ...] | None
-    render_gpus: tuple[int, ...] | None
+    render_gpus: tuple[int, ...] | None  # render device ids, one per subcollector (cycled), in render_numbering
+    render_numbering: str  # 'cuda' (mapped to the EGL device showing it) or 'egl' (EGL device indices)
+    render_fallback: bool  # egl: the device-zero fallback when EGL sees fewer devices than an id needs
     sync: bool
     frames_per_batch: int
     total_frames: int
@@ -120,7 +122,8 @@ def from_data(data: Mapping[str, Any]) -> Spec:
         groups = Groups(size, g.get("candidate_size", size), g.get("parallel_repeats", False), True)
     init = assign.get("init_states") or {}
     seeds = assign.get("seeds") or {}
-    gpus = assign.get("render_gpus")
+    devices = assign.get("render_devices") or {}
+    gpus = assign.get("render_gpus") or devices.get("ids")
     sync = collector.get("sync", True)
     policy = data.get("policy")
     return Spec(
@@ -143,6 +146,8 @@ def from_data(data: Mapping[str, Any]) -> Spec:
         seed_strategy=seeds.get("strategy", "offset"),
         seed_list=tuple(seeds["list"]) if "list" in seeds else None,
         render_gpus=tuple(gpus) if gpus else None,
+        render_numbering=devices.get("numbering", "cuda"),
+        render_fallback=devices.get("device_zero_fallback", False),
         sync=sync,
         frames_per_batch=collector.get("frames_per_batch") or default_frames_per_batch(workers, sync),
         total_frames=collector.get("total_frames", -1),

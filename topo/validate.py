@@ -197,6 +197,7 @@ def _rules(spec: Spec) -> tuple[Backend | None, TaskCatalog | None, list[Diagnos
     out += _schema_kwargs(spec, backend)
     out += _launch(spec, backend)
     out += _policy(spec)
+    out += _render_devices(spec, backend)
     out += placement.check(spec, backend.memory_per_worker_gb if backend is not None else None)
     return backend, catalog, out
 
@@ -508,9 +509,6 @@ def _launch(spec: Spec, backend: Backend | None) -> list[Diagnostic]:
     if k is not None and k >= spec.total_workers:
         out.append(warning("max-concurrent-starts-unused", f"max_concurrent_starts {k} >= {spec.total_workers} workers: "
                            "it never limits anything", path + ("max_concurrent_starts",), "lower it or remove it"))
-    if spec.render_gpus and backend is not None and not backend.uses_gl(spec.env_kwargs):
-        out.append(warning("render-gpus-unused", f"backend {spec.backend!r} does not render, render_gpus has no effect",
-                           ("assignment", "render_gpus"), "remove render_gpus"))
     if len(spec.workers) != spec.subcollectors:
         return out  # workers-list-length: the batch arithmetic would count the wrong subcollectors
     fpb_path = ("collector", "frames_per_batch")
@@ -529,6 +527,30 @@ def _launch(spec: Spec, backend: Backend | None) -> list[Diagnostic]:
             out.append(error("frames-per-batch-split", f"each subcollector collects {what} frames per batch, not a "
                              f"multiple of its {m} workers ({per_sub} % {m} = {per_sub % m})", fpb_path,
                              "a subcollector batch of F frames over M workers is [M, F/M]: make F a multiple of M"))
+    return out
+
+
+def _render_devices(spec: Spec, backend: Backend | None) -> list[Diagnostic]:
+    """render_gpus or render_devices: one of them, a numbering the backend's builder resolves, and a fallback
+    only where it means something."""
+    assign = spec.raw.get("assignment") or {}
+    devices = assign.get("render_devices")
+    path = ("assignment", "render_devices") if devices else ("assignment", "render_gpus")
+    out = []
+    if devices and assign.get("render_gpus"):
+        out.append(error("render-devices-twice", "render_gpus and render_devices both name the render devices", path,
+                         "keep one: render_gpus: [0, 1] is render_devices: {ids: [0, 1], numbering: cuda}"))
+    if spec.render_gpus and backend is not None and not backend.uses_gl(spec.env_kwargs):
+        out.append(warning("render-gpus-unused", f"backend {spec.backend!r} does not render, {path[-1]} has no effect",
+                           path, f"remove {path[-1]}"))
+    elif spec.render_gpus and backend is not None and spec.render_numbering not in backend.render_numberings:
+        out.append(error("render-numbering-unsupported", f"backend {spec.backend!r} resolves render devices from "
+                         f"{' or '.join(backend.render_numberings)} indices, not {spec.render_numbering}",
+                         path + ("numbering",), "use numbering: cuda (CUDA indices, as torch and nvidia-smi count)"))
+    if spec.render_fallback and spec.render_numbering != "egl":
+        out.append(error("render-fallback-needs-egl", "device_zero_fallback applies to EGL ids (vla_grpo's "
+                         "render_gpu_device_zero_fallback); CUDA ids are mapped to the EGL device showing them",
+                         path + ("device_zero_fallback",), "set numbering: egl, or remove device_zero_fallback"))
     return out
 
 

@@ -20,8 +20,10 @@ def import_builder(path: str):
 
 
 def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: int | None = None,
+             render_numbering: str | None = None, render_fallback: bool = False,
              worker: dict | None = None, backend: str | None = None):
-    """Build one env from a plan row's kwargs: ``builder(env, render_gpu=...)``, then ``set_seed(seed)``.
+    """Build one env from a plan row's kwargs: ``builder(env, render_gpu=..., render_numbering=...,
+    render_fallback=...)``, then ``set_seed(seed)``.
 
     ``backend`` names the env family (informational); ``worker`` locates the row in the plan.
 
@@ -31,14 +33,15 @@ def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: in
     inherited_gl = gl.loaded_libraries()  # before the builder: from a parent (fork, forkserver) or an import
     gl.release()
     run = RunDir.current()
+    render = {"render_gpu": render_gpu, "render_numbering": render_numbering, "render_fallback": render_fallback}
     if run is None:
-        return _build(builder, env, seed, render_gpu)
+        return _build(builder, env, seed, render)
     where = dict(worker or {})
     with run.start_slot():
         run.marker("started", worker=where, inherited_gl=inherited_gl)
         started = time.monotonic()
         try:
-            instance = _build(builder, env, seed, render_gpu)
+            instance = _build(builder, env, seed, render)
         except BaseException:
             run.marker("failed", worker=where, traceback=traceback.format_exc())
             raise
@@ -48,8 +51,8 @@ def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: in
     return instance
 
 
-def _build(builder: str, env: dict, seed: int | None, render_gpu: int | None):
-    instance = import_builder(builder)(dict(env), render_gpu=render_gpu)
+def _build(builder: str, env: dict, seed: int | None, render: dict):
+    instance = import_builder(builder)(dict(env), **render)
     if seed is not None:
         instance.set_seed(seed)
     return instance

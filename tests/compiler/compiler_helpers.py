@@ -60,3 +60,41 @@ def libero(subcollectors: int, workers, suite: str = "libero_spatial", **assignm
         "assignment": assignment,
     }
     return data
+
+
+# LIBERO's own task names (benchmark/libero_suite_task_map.py), underscores read as spaces
+SPATIAL = [
+    "pick up the black bowl between the plate and the ramekin and place it on the plate",
+    "pick up the black bowl next to the ramekin and place it on the plate",
+    "pick up the black bowl from table center and place it on the plate",
+    "pick up the black bowl on the cookie box and place it on the plate",
+    "pick up the black bowl in the top drawer of the wooden cabinet and place it on the plate",
+    "pick up the black bowl on the ramekin and place it on the plate",
+    "pick up the black bowl next to the cookie box and place it on the plate",
+    "pick up the black bowl on the stove and place it on the plate",
+    "pick up the black bowl next to the plate and place it on the plate",
+    "pick up the black bowl on the wooden cabinet and place it on the plate",
+]
+GOAL = {1: "put the bowl on the stove", 3: "open the top drawer and put the bowl inside",
+        5: "push the plate to the front of the stove"}
+# libero_10 names carry a scene prefix that the benchmark drops
+LIBERO_10_TASK_0 = "put both the alphabet soup and the tomato sauce in the basket"
+
+
+def layout(workers: list[int]):
+    """(c, w, g) for every worker, g counted by hand: the sum of the previous subcollectors, plus w."""
+    out = []
+    for c, count in enumerate(workers):
+        first = sum(workers[:c])
+        out.extend((c, w, first + w) for w in range(count))
+    return out
+
+
+def assert_layout(plan, workers: list[int]):
+    got = [(r["subcollector"], r["index"], r["global_index"]) for r in rows(plan)]
+    assert got == layout(workers)
+    assert [s["num_workers"] for s in plan["subcollectors"]] == workers
+    assert [s["index"] for s in plan["subcollectors"]] == list(range(len(workers)))
+    for row in rows(plan):
+        assert row["kwargs"]["worker"] == {"subcollector": row["subcollector"], "index": row["index"],
+                                           "global_index": row["global_index"]}

@@ -35,12 +35,12 @@ def test_golden_shape():
     assert text.startswith("plan 'libero-spatial-5x64': 5 subcollector(s), 320 workers, backend libero, "
                            "start spawn/spawn")
     for c in range(5):
-        assert f"subcollector {c}: 64 workers, render gpu {c}" in text
+        assert f"subcollector {c}: 64 workers, render gpu {c} (cuda)\n" in text
     assert text.count("  ... 55 more worker(s)") == 5
     assert "tasks: 8, workers per task 40 (even)" in text
     assert "distinct instructions per subcollector: 8 in each of 5" in text
     assert "groups: 40 of 8 worker(s) each, all complete" in text
-    assert "gpu 0: 64, gpu 1: 64, gpu 2: 64, gpu 3: 64, gpu 4: 64" in text
+    assert "workers per render device (cuda indices): gpu 0: 64, gpu 1: 64, gpu 2: 64, gpu 3: 64, gpu 4: 64" in text
 
 
 def test_5x64_instructions_and_group_blocks():

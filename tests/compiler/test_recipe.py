@@ -17,46 +17,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler_helpers import EXAMPLES, GROUP_ID_OFFSET, compile_dict, libero, rows, toy
+from compiler_helpers import (EXAMPLES, GOAL, GROUP_ID_OFFSET, LIBERO_10_TASK_0, SPATIAL, assert_layout,
+                              compile_dict, libero, rows, toy)
 
 import topo
-
-# LIBERO's own task names (benchmark/libero_suite_task_map.py), underscores read as spaces
-SPATIAL = [
-    "pick up the black bowl between the plate and the ramekin and place it on the plate",
-    "pick up the black bowl next to the ramekin and place it on the plate",
-    "pick up the black bowl from table center and place it on the plate",
-    "pick up the black bowl on the cookie box and place it on the plate",
-    "pick up the black bowl in the top drawer of the wooden cabinet and place it on the plate",
-    "pick up the black bowl on the ramekin and place it on the plate",
-    "pick up the black bowl next to the cookie box and place it on the plate",
-    "pick up the black bowl on the stove and place it on the plate",
-    "pick up the black bowl next to the plate and place it on the plate",
-    "pick up the black bowl on the wooden cabinet and place it on the plate",
-]
-GOAL = {1: "put the bowl on the stove", 3: "open the top drawer and put the bowl inside",
-        5: "push the plate to the front of the stove"}
-# libero_10 names carry a scene prefix that the benchmark drops
-LIBERO_10_TASK_0 = "put both the alphabet soup and the tomato sauce in the basket"
-
-
-def layout(workers: list[int]):
-    """(c, w, g) for every worker, g counted by hand: the sum of the previous subcollectors, plus w."""
-    out = []
-    for c, count in enumerate(workers):
-        first = sum(workers[:c])
-        out.extend((c, w, first + w) for w in range(count))
-    return out
-
-
-def assert_layout(plan, workers: list[int]):
-    got = [(r["subcollector"], r["index"], r["global_index"]) for r in rows(plan)]
-    assert got == layout(workers)
-    assert [s["num_workers"] for s in plan["subcollectors"]] == workers
-    assert [s["index"] for s in plan["subcollectors"]] == list(range(len(workers)))
-    for row in rows(plan):
-        assert row["kwargs"]["worker"] == {"subcollector": row["subcollector"], "index": row["index"],
-                                           "global_index": row["global_index"]}
 
 
 # --- the production topology: libero_spatial 5 x 64, groups of 8 ---------------------------------
@@ -102,21 +66,30 @@ def test_5x64_exact_env_kwargs(plan_5x64, c, w):
     }
 
 
-def test_4x80_all_tasks_wrap_over_ten():
+def test_4x80_is_the_recipes_committed_config():
+    """examples/libero_spatial_4x80.yaml: torchrl's config as committed (tests/compiler/test_import.py imports it)."""
     plan = topo.compile_spec(EXAMPLES / "libero_spatial_4x80.yaml")
     assert_layout(plan, [80] * 4)
     for row in rows(plan):
         g, c = row["global_index"], row["subcollector"]
         logical = g // 8
-        assert row["task_id"] == logical % 10  # 'all' is libero_spatial's 10 tasks, 0-9
+        assert row["task_id"] == logical % 10  # task_ids 0-9
         assert row["group_id_offset"] == logical * GROUP_ID_OFFSET
-        assert row["group_repeats"] == 2 and row["group_id_mode"] == "init_state"
+        assert row["group_repeats"] == 1 and row["group_id_mode"] == "init_state"  # candidate null: 8 // 8
         assert row["seed"] == g
-        assert row["render_gpu"] == c
+        assert (row["render_gpu"], row["render_numbering"]) == ([2, 3, 4, 5][c % 4], "egl")
         assert row["instruction"] == SPATIAL[logical % 10]
     # 40 groups over 10 tasks: 4 groups (32 workers) each
     assert [(t["task_id"], t["workers"], t["groups"]) for t in plan["coverage"]["tasks"]] == \
         [(t, 32, 4) for t in range(10)]
+
+
+def test_tasks_all_is_the_whole_suite_in_order():
+    groups = {"size": 8, "parallel_repeats": True}
+    every = compile_dict(libero(4, 80, tasks="all", groups=groups, init_states={"mode": "cycle"}))
+    listed = compile_dict(libero(4, 80, tasks="0-9", groups=groups, init_states={"mode": "cycle"}))
+    assert [r["task_id"] for r in rows(every)] == [r["task_id"] for r in rows(listed)] == \
+        [(g // 8) % 10 for g in range(320)]
 
 
 # --- libero without parallel repeats: eval-style --------------------------------------------------

@@ -56,7 +56,8 @@ def test_worker_builds_resets_and_steps_a_libero_env(gl_env):
         with np.load(suite.init_states(suite.tasks[3])) as archive:
             assert np.array_equal(env.init_states, archive["states"])
         device = env.topo_render_device
-        assert (device["gl"], device["cuda_device"], device["egl_device"]) == ("egl", None, None)
+        assert (device["gl"], device["numbering"], device["cuda_device"], device["egl_device"]) == \
+            ("egl", None, None, None)
         assert device["renderer"]
     finally:
         env.close()
@@ -91,3 +92,24 @@ def test_build_on_a_render_gpu_path():
         print("BUILT")
     """, env={"CUDA_VISIBLE_DEVICES": "3"})
     assert proc.returncode == 0 and "BUILT" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_build_on_egl_numbering_and_the_device_zero_fallback():
+    """EGL ids as the recipe numbers them, on this host's real (Mesa) EGL device 0: as it is, then EGL id 3 through
+    the device-zero fallback (one EGL device here, so 3 is beyond it)."""
+    for render, want in (({"render_gpu": 0, "render_numbering": "egl"}, (0, None, None)),
+                         ({"render_gpu": 3, "render_numbering": "egl", "render_fallback": True}, (0, None, "3,0"))):
+        kwargs = {**row(1), **render}
+        proc = run_python(f"""
+            import os
+            from topo.worker import make_env
+            env = make_env(**{kwargs!r})
+            assert env.reset()["observation", "image"].shape == (3, 64, 64)
+            device = env.topo_render_device
+            assert (device["egl_device"], device["cuda_device"], device["fallback"]) == {want!r}, device
+            assert device["fallback"] is None or os.environ["CUDA_VISIBLE_DEVICES"] == device["fallback"]
+            assert os.environ["MUJOCO_EGL_DEVICE_ID"] == "0"
+            env.close()
+            print("BUILT", device["renderer"])
+        """)
+        assert proc.returncode == 0 and "BUILT" in proc.stdout, proc.stderr[-3000:]

@@ -107,3 +107,15 @@ def test_doctor_on_this_cpu_host(tmp_path):
     by_name = {c["name"]: c for c in report["checks"]}
     assert report["ok"] is False and by_name["render-gpus"]["status"] == FAIL
     assert "no NVIDIA GPU" in by_name["render-gpus"]["detail"] and by_name["render-gpus"]["hint"]
+    assert by_name["render-numbering"]["status"] == OK and "none of the" in by_name["render-numbering"]["detail"]
+
+    # EGL ids, as torchrl's vla_grpo numbers them: EGL 0 is this host's Mesa device; 1 is beyond it (fallback)
+    egl = doctor(tmp_path, "  render_devices: {ids: [0, 1], numbering: egl, device_zero_fallback: true}", 2,
+                 "--format", "json")
+    assert egl.returncode == 0, egl.stdout + egl.stderr
+    by_name = {c["name"]: c for c in json.loads(egl.stdout)["checks"]}
+    devices = by_name["render-gpus"]
+    assert devices["status"] == WARN and "render in software" in devices["detail"]
+    assert "EGL 0 = not a CUDA GPU (llvmpipe" in devices["detail"]
+    assert "EGL 1 -> EGL 0 with CUDA_VISIBLE_DEVICES=1,0 (device-zero fallback) (llvmpipe" in devices["detail"]
+    assert by_name["render-numbering"]["status"] == OK

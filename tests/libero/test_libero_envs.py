@@ -17,7 +17,8 @@ def test_cpu_rendering_sets_egl_and_no_device():
         import os
         from topo.envs.libero import configure_rendering
         device = configure_rendering(None)
-        assert device == {"gl": "egl", "cuda_device": None, "egl_device": None}, device
+        assert device == {"gl": "egl", "numbering": None, "cuda_device": None, "egl_device": None,
+                          "fallback": None}, device
         assert (os.environ["MUJOCO_GL"], os.environ["PYOPENGL_PLATFORM"]) == ("egl", "egl")
         assert "MUJOCO_EGL_DEVICE_ID" not in os.environ
     """)
@@ -54,7 +55,7 @@ def test_render_gpu_maps_cuda_to_egl_and_passes_robosuite_import_check():
         import topo.envs.libero as L
         L.egl_devices = lambda: [0]  # this host's only EGL device, posing as CUDA device 0
         device = L.configure_rendering(0)
-        assert device == {"gl": "egl", "cuda_device": 0, "egl_device": 0}, device
+        assert device == {"gl": "egl", "numbering": "cuda", "cuda_device": 0, "egl_device": 0, "fallback": None}, device
         assert os.environ["MUJOCO_EGL_DEVICE_ID"] == "0"
         assert "robosuite.utils.binding_utils" in sys.modules
     """, env={**env, "MUJOCO_EGL_DEVICE_ID": "5"})
@@ -70,6 +71,45 @@ def test_render_gpu_picks_the_egl_device_showing_that_cuda_device():
         assert L.configure_rendering(0)["egl_device"] == 2 and L.configure_rendering(1)["egl_device"] == 1
         assert chosen == [2, 1]
     """)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_egl_numbering_uses_the_id_as_the_egl_device():
+    proc = run_python("""
+        import os
+        import topo.envs.libero as L
+        chosen = []
+        L.egl_devices = lambda: [2, 3, 0, 1]
+        L._point_robosuite_at = chosen.append
+        device = L.configure_rendering(2, "egl")
+        assert device == {"gl": "egl", "numbering": "egl", "cuda_device": 0, "egl_device": 2, "fallback": None}, device
+        assert chosen == [2] and "CUDA_VISIBLE_DEVICES" not in os.environ
+    """)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_egl_id_beyond_the_devices_fails_without_the_fallback():
+    proc = run_python("""
+        import topo.envs.libero as L
+        L.egl_devices = lambda: [0]
+        L.configure_rendering(5, "egl")
+    """)
+    assert proc.returncode != 0 and "EGL device 5 does not exist" in proc.stderr
+
+
+@needs_libero
+def test_device_zero_fallback_sets_the_recipes_variables_and_passes_robosuite_import_check():
+    """EGL scoped to CUDA_VISIBLE_DEVICES shows one device: id 5 renders on EGL 0 with CUDA_VISIBLE_DEVICES=5,0."""
+    proc = run_python("""
+        import os, sys
+        import topo.envs.libero as L
+        L.egl_devices = lambda: [0]
+        device = L.configure_rendering(5, "egl", True)
+        assert device == {"gl": "egl", "numbering": "egl", "cuda_device": None, "egl_device": 0,
+                          "fallback": "5,0"}, device
+        assert (os.environ["CUDA_VISIBLE_DEVICES"], os.environ["MUJOCO_EGL_DEVICE_ID"]) == ("5,0", "0")
+        assert "robosuite.utils.binding_utils" in sys.modules
+    """, env={"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"})
     assert proc.returncode == 0, proc.stderr
 
 

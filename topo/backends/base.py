@@ -56,6 +56,8 @@ class Backend:
     schema_keys: frozenset[str] = frozenset()
     #: shared kwargs that choose the task catalog (a block may not change them)
     catalog_keys: frozenset[str] = frozenset()
+    #: how render device ids may be numbered for its builder: 'cuda' (CUDA indices), 'egl' (EGL device indices)
+    render_numberings: tuple[str, ...] = ("cuda",)
     #: rough resident memory of one worker, for placement and doctor estimates (None: unknown)
     memory_per_worker_gb: float | None = None
 

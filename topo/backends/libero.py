@@ -162,6 +162,7 @@ class LiberoBackend(Backend):
     name = "libero"
     builder = "topo.envs.libero:build"
     renders = True
+    render_numberings = ("cuda", "egl")
     catalog_keys = frozenset({"task_suite"})
     memory_per_worker_gb = 2.0  # measured: 1.7 GB resident after reset (64-256 px), ~1.9 GB peak with hard resets
     schema_keys = frozenset({"camera", "camera_height", "camera_width", "wrist_camera", "from_pixels",

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 
-def build(env: dict, render_gpu: int | None = None):
-    """``GymEnv(**env)``, e.g. ``{"env_name": "HalfCheetah-v5"}``."""
+def build(env: dict, **render):
+    """``GymEnv(**env)``, e.g. ``{"env_name": "HalfCheetah-v5"}``; the render device settings are not used."""
     from torchrl.envs import GymEnv
 
     return GymEnv(**env)

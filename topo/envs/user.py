@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 
-def build(env: dict, render_gpu: int | None = None):
+def build(env: dict, **render):
     """``callable(**env["kwargs"])``; the kwargs already carry the worker's assignment (render_gpu included)."""
     from topo.worker import import_builder
 

@@ -197,8 +197,16 @@ def human(s: dict) -> str:
         versions = [e.get("policy_versions") for e in s["first_batch"]]
         lines.append(f"  policy {policy['factory']} in {policy['placement']} ({policy['weight_sync']}): "
                      f"{policy['updates']} weight update(s); versions in each subcollector's last batch {versions}")
-    for d in s.get("render_devices") or []:
-        gpu = "cpu" if d.get("planned") is None else f"cuda {d['planned']} -> egl {d.get('egl_device')}"
+    for d in s.get("render_devices") or []:  # the planned id in its numbering, and the EGL device it resolved to
+        planned, egl, cuda = d.get("planned"), d.get("egl_device"), d.get("cuda_device")
+        if planned is None:
+            gpu = "cpu"
+        elif d.get("numbering", "cuda") == "cuda":
+            gpu = f"cuda {planned} -> egl {egl}"
+        elif d.get("fallback"):
+            gpu = f"egl {planned} -> egl {egl} with CUDA_VISIBLE_DEVICES={d['fallback']} (device-zero fallback)"
+        else:
+            gpu = f"egl {planned} " + (f"(cuda {cuda})" if cuda is not None else "(no CUDA device)")
         lines.append(f"  render: {d.get('gl')} {gpu}, {d.get('renderer')}: {d['workers']} worker(s)")
     inherited = s.get("inherited_gl") or {}
     if inherited.get("workers"):
