@@ -178,7 +178,8 @@ def cache_size(directory, as_bytes):
 
     where = cache_directory(directory)
     total = disk_bytes(where)
-    click.echo(str(total) if as_bytes else f"{human_bytes(total)} in {len(entries(where))} entries at {where}")
+    count = len(entries(where))
+    click.echo(str(total) if as_bytes else f"{human_bytes(total)} in {count} entr{'y' if count == 1 else 'ies'} at {where}")
 
 
 @cache.command("clear")
@@ -218,7 +219,7 @@ def cache_warm(spec, assignments, directory):
     distinct = {}
     for row in rows(plan):
         distinct.setdefault(module.model_identity(row["kwargs"]["env"]), row["kwargs"]["env"])
-    failed = 0
+    failed = ready = 0
     for env in distinct.values():
         try:
             with contextlib.redirect_stdout(sys.stderr):  # what LIBERO prints stays off this command's output
@@ -228,11 +229,12 @@ def cache_warm(spec, assignments, directory):
             click.echo(f"{env.get('task_suite')} task {env.get('task_id')}: failed: {type(exc).__name__}: {exc}", err=True)
             continue
         result, size = event["result"], human_bytes(event.get("bytes", 0))
+        ready += result in ("hit", "miss", "corrupt")
         what = {"hit": f"cached already, {size}", "miss": f"compiled in {event.get('compile_s', 0):.1f} s, {size}",
                 "corrupt": f"unsound entry replaced: compiled in {event.get('compile_s', 0):.1f} s, {size}",
                 "disabled": "the model cache is off"}.get(result, result)
         click.echo(f"{event.get('label', env.get('task_id'))}: {what}" + (f" ({event['key'][:12]})" if event.get("key") else ""))
-    click.echo(f"{len(distinct) - failed} of {len(distinct)} model(s) ready")
+    click.echo(f"{ready} of {len(distinct)} model(s) ready")
     sys.exit(1 if failed else 0)
 
 

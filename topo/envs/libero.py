@@ -51,18 +51,18 @@ def warm(env: Mapping[str, Any], directory: str | os.PathLike | None = None) -> 
     """Put the compiled model of ``env``'s task in the cache (``directory``, else the options' own), building
     nothing: construction stops right after the compile, before any sim, render context or init state.
     Returns the cache event (``result``: ``hit``, ``miss``, ``corrupt``...), or ``{"result": "disabled"}``."""
-    prepare_libero()
     kwargs = dict(env)
     options = builder_options(kwargs.pop("options", None))
+    label = f"{kwargs.get('task_suite')} task {kwargs.get('task_id')}"
     cache = model_cache({**options, "model_cache": os.fspath(directory)} if directory is not None else options)
     if cache is None:
-        return {"result": "disabled"}
+        return {"label": label, "result": "disabled"}
+    prepare_libero()
     from torchrl.envs import LiberoEnv
 
     from . import robosuite_scope
 
     robosuite_scope.install()
-    label = f"{kwargs.get('task_suite')} task {kwargs.get('task_id')}"
     with robosuite_scope.scope(robosuite_scope.Scope(cache=cache, label=label, warm_only=True)) as state:
         try:
             LiberoEnv(**kwargs)
