@@ -4,6 +4,7 @@ the gripper reset starts every episode like a hard reset, and without it does no
 test (its GL, its imports); ~2 GB and 30-60 s each."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -94,6 +95,7 @@ def test_cache_states_and_skipped_renders_are_bit_identical_to_libero_env(tmp_pa
     # steps): only the last settle step is rendered
     assert out["hit"]["renders"] == {"made": 2, "skipped": 2 * 2 + 2 * 11}
     assert out["renders"]["renders"] == {}
+    shutil.rmtree(tmp_path / "cache")  # 262 MB: pytest keeps the temporary directories of recent sessions
 
 
 def test_soft_resets_start_like_hard_resets_only_with_the_gripper_reset():
