@@ -6,10 +6,10 @@ making a soft reset start an episode exactly like a hard one:
   at construction and at every hard reset; ``true`` (the default directory), a directory, or ``false``.
 - ``skip_unread_renders``: LiberoEnv's reset returns the observation of the last of its ``settle_steps``
   no-op steps, yet robosuite renders every camera at the env reset, at ``set_init_state`` and at each
-  settle step (11 frames per camera, ~2.5 s on a CPU), and the reset that reads the specs during
+  settle step (12 frames per camera, 11 of them unread: ~2.5 s on a CPU), and the reset that reads the specs during
   construction renders frames of which only the shape is used. Those frames are skipped
-  (:mod:`topo.envs.robosuite_scope`); the frames of the last settle step are rendered. With fewer than
-  two settle steps nothing is skipped (the last frame is then an earlier one's).
+  (:mod:`topo.envs.robosuite_scope`); the frames of the last settle step are rendered. Without settle
+  steps nothing is skipped (the init state's frame is then the one read).
 - ``reset_gripper``: robosuite's grippers accumulate their command in ``current_action``, zeroed only
   when the gripper model is built; with ``hard_reset: false`` an episode started from the previous one's
   gripper command (qpos off by up to 2.2e-4 from a hard reset, 11 of 4096 pixels at 64 px). Zeroed before
@@ -62,7 +62,7 @@ class TopoLiberoEnv(LiberoEnv):
             reset_grippers(self._env.env)
         robosuite_env = self._env.env
         settle = self.settle_steps
-        lean = bool(self.topo_options.get("skip_unread_renders")) and settle >= 2
+        lean = bool(self.topo_options.get("skip_unread_renders")) and settle >= 1
         # robosuite counts a step at its start: the last settle step runs with timestep == settle
         state = Scope(cache=self._topo_cache, label=self._topo_label,
                       unread=(lambda: robosuite_env.timestep < settle) if lean else None)
