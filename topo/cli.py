@@ -2,6 +2,7 @@
 2 bad input (spec, template, plan), 130 Ctrl-C, 143 SIGTERM."""
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import shutil
@@ -55,6 +56,7 @@ def main():
     topo doctor SPEC            can this host run it (GL, assets, devices, memory)?
     topo bench SPEC             startup of each way to build it, against the limit
     topo import vla-grpo CFG    a spec from torchrl's vla_grpo recipe config
+    topo cache list|size|clear  the compiled-model cache of MuJoCo workers; warm SPEC fills it
     """
 
 
@@ -125,6 +127,117 @@ def plan(spec, assignments, dry_run, fmt, limit, out, strict):
     if dry_run or not out:
         width = shutil.get_terminal_size((120, 24)).columns if sys.stdout.isatty() else int(os.environ.get("COLUMNS", 120))
         click.echo(render.plan_text(result, fmt, limit, width), nl=False)
+
+
+def dir_option(f):
+    return click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=str), default=None,
+                        help="The cache directory (default: $TOPO_MODEL_CACHE, else $XDG_CACHE_HOME/topo/mujoco).")(f)
+
+
+def cache_directory(directory: str | None):
+    """``--dir``, else the default; exits 0 with a note when the cache is off."""
+    from pathlib import Path
+
+    from .model_cache import CACHE_VAR, cache_dir
+
+    where = Path(directory).expanduser() if directory else cache_dir(True)
+    if where is None:
+        click.echo(f"the model cache is off ({CACHE_VAR}={os.environ.get(CACHE_VAR)}); give --dir to see one")
+        sys.exit(0)
+    return where
+
+
+@main.group()
+def cache():
+    """The compiled-model cache: MuJoCo workers (LIBERO) load a task's compiled model instead of compiling
+    it again (0.3 s instead of 3-4 s; ~260 MB per LIBERO task). Turn it off with env.options.model_cache:
+    false in a spec, or TOPO_MODEL_CACHE=off in the environment of a launch."""
+
+
+@cache.command("list")
+@dir_option
+def cache_list(directory):
+    """Every entry: its key, size, what it holds, when it was compiled and how long that took."""
+    import datetime
+
+    from .model_cache import disk_bytes, entries, human_bytes
+
+    where = cache_directory(directory)
+    found = entries(where)
+    for e in found:
+        made = datetime.datetime.fromtimestamp(e.created).strftime("%Y-%m-%d %H:%M")
+        took = f"compiled in {e.compile_s:.1f} s" if isinstance(e.compile_s, (int, float)) else ""
+        click.echo(f"{e.key[:12]}  {human_bytes(e.bytes):>9}  {made}  mujoco {e.mujoco}  {e.label}  {took}".rstrip())
+    click.echo(f"{len(found)} entr{'y' if len(found) == 1 else 'ies'}, {human_bytes(disk_bytes(where))} in {where}")
+
+
+@cache.command("size")
+@dir_option
+@click.option("--bytes", "as_bytes", is_flag=True, help="Print the byte count alone.")
+def cache_size(directory, as_bytes):
+    """Disk space the cache takes (entries, and leftovers of interrupted writes)."""
+    from .model_cache import disk_bytes, entries, human_bytes
+
+    where = cache_directory(directory)
+    total = disk_bytes(where)
+    count = len(entries(where))
+    click.echo(str(total) if as_bytes else f"{human_bytes(total)} in {count} entr{'y' if count == 1 else 'ies'} at {where}")
+
+
+@cache.command("clear")
+@dir_option
+def cache_clear(directory):
+    """Delete every cache file (only topo's: <sha256>.mjb/.json/.lock and temporary files)."""
+    from .model_cache import clear, human_bytes
+
+    where = cache_directory(directory)
+    files, size = clear(where)
+    click.echo(f"removed {files} file(s), {human_bytes(size)} from {where}")
+
+
+@cache.command("warm")
+@click.argument("spec", type=click.Path(dir_okay=True, path_type=str))
+@set_option
+@dir_option
+def cache_warm(spec, assignments, directory):
+    """Compile the models of SPEC's tasks into the cache, one per distinct task, before a launch.
+
+    Nothing is built: each task's construction stops right after MuJoCo compiled its model. Exit 0
+    when every task is cached, 1 when one failed, 2 for a bad spec.
+    """
+    from . import compile_spec
+    from .load import parse_assignments
+    from .model_cache import human_bytes
+    from .plan import rows
+
+    try:
+        plan = compile_spec(spec, parse_assignments(assignments))
+    except TopoError as err:
+        fail(err)
+    module = importlib.import_module(plan["env"]["builder"].partition(":")[0])
+    if not hasattr(module, "warm"):
+        click.echo(f"backend {plan['env']['backend']!r} compiles no MuJoCo model that topo caches: nothing to warm")
+        return
+    distinct = {}
+    for row in rows(plan):
+        distinct.setdefault(module.model_identity(row["kwargs"]["env"]), row["kwargs"]["env"])
+    failed = ready = 0
+    for env in distinct.values():
+        try:
+            with contextlib.redirect_stdout(sys.stderr):  # what LIBERO prints stays off this command's output
+                event = module.warm(env, directory)
+        except Exception as exc:  # one task's failure is reported, the others still warm
+            failed += 1
+            click.echo(f"{env.get('task_suite')} task {env.get('task_id')}: failed: {type(exc).__name__}: {exc}", err=True)
+            continue
+        result, size = event["result"], human_bytes(event.get("bytes", 0))
+        ready += result in ("hit", "miss", "corrupt")
+        what = {"hit": f"cached already, {size}", "miss": f"compiled in {event.get('compile_s', 0):.1f} s, {size}",
+                "corrupt": f"unsound entry replaced: compiled in {event.get('compile_s', 0):.1f} s, {size}",
+                "disabled": "the model cache is off"}.get(result, result)
+        click.echo(f"{event.get('label', env.get('task_id'))}: {what}" + (f" ({event['key'][:12]})" if event.get("key") else ""))
+    click.echo(f"{ready} of {len(distinct)} model(s) ready")
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
     shared = spec.env_kwargs
     numbering = spec.render_numbering if spec.render_gpus else None
     fallback = spec.render_fallback and numbering == "egl"
+    options = backend.resolve_options(spec.env_options)
     subcollectors = []
     for c, rows in enumerate(assign(spec, backend, catalog)):
         workers = []
@@ -61,7 +62,7 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
                 "kwargs": {
                     "backend": spec.backend,
                     "builder": backend.builder,
-                    "env": backend.env_kwargs(shared, a),
+                    "env": _with_options(backend.env_kwargs(shared, a), options),
                     "seed": a.seed,
                     "render_gpu": a.render_gpu,
                     "render_numbering": numbering,
@@ -76,7 +77,7 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
         "topo_version": __version__,
         "name": spec.name,
         "spec": {"path": source.file, "sha256": source.sha256, "variables": dict(sorted(source.variables.items()))},
-        "env": {"backend": spec.backend, "builder": backend.builder, "kwargs": shared},
+        "env": {"backend": spec.backend, "builder": backend.builder, "kwargs": shared, **_with_options({}, options)},
         "start_methods": {"subcollectors": spec.start_subcollectors, "workers": spec.start_workers},
         "collector": {"sync": spec.sync, "frames_per_batch": spec.frames_per_batch, "total_frames": spec.total_frames},
         "launch": {
@@ -101,6 +102,13 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
     }
     plan["coverage"] = coverage(plan)
     return plan
+
+
+def _with_options(env: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """A row's builder input: the backend's builder options ride in it as ``options`` (when it has any)."""
+    if options:
+        env["options"] = dict(options)
+    return env
 
 
 def preload_modules(builder: str) -> list[str]:

@@ -42,6 +42,7 @@ class Spec:
     name: str
     backend: str
     env_kwargs: dict[str, Any]
+    env_options: dict[str, Any]  # the builder's own options (env.options), as written
     subcollectors: int
     workers: tuple[int, ...]  # workers per subcollector
     start_subcollectors: str
@@ -130,6 +131,7 @@ def from_data(data: Mapping[str, Any]) -> Spec:
         name=data.get("name", "topology"),
         backend=env["backend"],
         env_kwargs=dict(env.get("kwargs") or {}),
+        env_options=dict(env.get("options") or {}),
         subcollectors=n_sub,
         workers=workers,
         start_subcollectors=start.get("subcollectors", "spawn"),

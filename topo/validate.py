@@ -143,6 +143,8 @@ def _backend_alone(data: dict) -> list[Diagnostic]:
     backend = _backend(env["backend"], out)
     if backend is not None:
         out += backend.check(kwargs, ("env", "kwargs"))
+        if isinstance(env.get("options"), dict):
+            out += backend.check_options(env["options"], ("env", "options"))
     return out
 
 
@@ -181,6 +183,7 @@ def _rules(spec: Spec) -> tuple[Backend | None, TaskCatalog | None, list[Diagnos
     catalog = None
     if backend is not None:
         out += backend.check(spec.env_kwargs, ("env", "kwargs"))
+        out += backend.check_options(spec.env_options, ("env", "options"))
         for i, block in enumerate(spec.blocks or ()):
             # a block's kwargs go through the same checks; keep what is about its own keys
             where = ("assignment", "blocks", i, "kwargs")

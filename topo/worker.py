@@ -46,7 +46,8 @@ def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: in
             run.marker("failed", worker=where, traceback=traceback.format_exc())
             raise
     run.marker("constructed", worker=where, seed=seed, seconds=time.monotonic() - started,
-               render_device=getattr(instance, "topo_render_device", None))
+               render_device=getattr(instance, "topo_render_device", None),
+               model_cache=getattr(instance, "topo_model_cache", None))
     record_close(instance, run, where)
     return instance
 

@@ -45,7 +45,7 @@ def assert_nothing_left(report: dict, t_end: float) -> None:
 def assert_trainer_state_restored(events: list[dict]) -> None:
     (before,), (after,) = of(events, "before"), of(events, "after")
     assert after["state"] == before["state"]
-    assert after["state"]["topo_env"] == []
+    assert not set(after["state"]["topo_env"]) & {"TOPO_RUN_DIR", "TOPO_MUJOCO_GL", "TOPO_TRAINER_PID"}
 
 
 @pytest.mark.parametrize("placement", ["subcollector", "server"])

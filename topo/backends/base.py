@@ -6,10 +6,11 @@ A backend is pure: it never imports torch, torchrl or a simulator. Its runtime h
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
-from ..diagnostics import Diagnostic
+from ..diagnostics import Diagnostic, error
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ class Backend:
     render_numberings: tuple[str, ...] = ("cuda",)
     #: rough resident memory of one worker, for placement and doctor estimates (None: unknown)
     memory_per_worker_gb: float | None = None
+    #: options of the builder itself (``env.options``; never constructor kwargs): name -> (default, check, what)
+    options: Mapping[str, tuple[Any, Callable[[Any], bool], str]] = {}
 
     def uses_gl(self, env_kwargs: Mapping[str, Any]) -> bool:
         """Whether workers built with these kwargs create a GL context."""
@@ -82,3 +85,23 @@ class Backend:
     def env_kwargs(self, shared: Mapping[str, Any], a: Assignment) -> dict[str, Any]:
         """The exact constructor kwargs of one worker (JSON-serialisable)."""
         raise NotImplementedError
+
+    def check_options(self, options: Mapping[str, Any], path: Sequence[str | int]) -> list[Diagnostic]:
+        """``env.options``: known names, each of the type its check accepts."""
+        path = tuple(path)
+        if options and not self.options:
+            return [error("options-unknown", f"backend {self.name!r} takes no builder options", path,
+                          "remove env.options")]
+        out = []
+        for key, value in options.items():
+            if key not in self.options:
+                close = difflib.get_close_matches(key, self.options, n=1)
+                out.append(error("options-unknown", f"backend {self.name!r} has no builder option {key!r}", path + (key,),
+                                 (f"did you mean {close[0]!r}? " if close else "") + "options: " + ", ".join(self.options)))
+            elif not self.options[key][1](value):
+                out.append(error("options-type", f"{key} must be {self.options[key][2]}, got {value!r}", path + (key,)))
+        return out
+
+    def resolve_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """Every option with its value: the spec's over the defaults (what a plan row records)."""
+        return {key: options.get(key, default) for key, (default, _, _) in self.options.items()}

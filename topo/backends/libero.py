@@ -24,9 +24,16 @@ STANDARD_SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10"
 DEFAULTS = {"camera_height": 256, "camera_width": 256, "max_episode_steps": 512}
 #: shared kwargs that topo sets per worker from the assignment
 RESERVED = ("task_id", "instruction", "init_states", "init_state_mode", "init_state_id", "group_repeats",
-            "group_id_offset", "group_id_mode", "render_gpu_device_id", "seed", "num_workers", "num_envs")
+            "group_id_offset", "group_id_mode", "render_gpu_device_id", "seed", "num_workers", "num_envs", "options")
 #: env_kwargs keys that LiberoEnv or topo already pass to robosuite
 RESERVED_ENV_KWARGS = ("bddl_file_name", "camera_heights", "camera_widths", "render_gpu_device_id")
+#: options of topo's LIBERO builder (``env.options``; :mod:`topo.envs.libero_env` says what each does)
+OPTIONS = {
+    "model_cache": (True, lambda v: isinstance(v, bool) or (isinstance(v, str) and bool(v.strip())),
+                    "true, false or a directory"),
+    "skip_unread_renders": (True, lambda v: isinstance(v, bool), "true or false"),
+    "reset_gripper": (True, lambda v: isinstance(v, bool), "true or false"),
+}
 
 
 def _positive_int(v: Any) -> bool:
@@ -167,6 +174,7 @@ class LiberoBackend(Backend):
     memory_per_worker_gb = 2.0  # measured: 1.7 GB resident after reset (64-256 px), ~1.9 GB peak with hard resets
     schema_keys = frozenset({"camera", "camera_height", "camera_width", "wrist_camera", "from_pixels",
                              "proprio_keys", "env_kwargs", "device"})
+    options = OPTIONS
 
     def catalog(self, env_kwargs: Mapping[str, Any]) -> TaskCatalog | None:
         """The suite's tasks, or None when libero is missing or the suite unknown (see :meth:`check`)."""
@@ -182,7 +190,10 @@ class LiberoBackend(Backend):
         out = self._check_suite(env_kwargs.get("task_suite"), path)
         for key, value in env_kwargs.items():
             where = path + (key,)
-            if key in RESERVED:
+            if key == "options":
+                out.append(error("kwargs-reserved", "'options' are topo's builder options, not LiberoEnv kwargs", where,
+                                 "move them to env.options"))
+            elif key in RESERVED:
                 out.append(error("kwargs-reserved", f"{key!r} is set per worker by the assignment, not in env.kwargs",
                                  where, "use the assignment section (tasks, instructions, groups, init_states, "
                                         "seeds, render_gpus)"))

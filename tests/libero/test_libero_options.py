@@ -1,0 +1,164 @@
+"""topo's LIBERO builder options on real LIBERO (task 0, 64 px): the model cache hit, missed, corrupt and
+off, and renders skipped, give observations bit-identical to torchrl's own LiberoEnv; a soft reset with
+the gripper reset starts every episode like a hard reset, and without it does not. One fresh process per
+test (its GL, its imports); ~2 GB and 30-60 s each."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from libero_helpers import ROOT, needs_libero, run_python
+
+pytestmark = [pytest.mark.libero, needs_libero]
+
+COMMON = """
+    import json, sys
+    import numpy as np
+    import torch
+    import topo.envs.libero as L
+
+    ENV = {"task_suite": "libero_spatial", "task_id": 0, "camera_height": 64, "camera_width": 64,
+           "max_episode_steps": 64, "init_state_mode": "fixed", "init_state_id": 0}
+    ON = {"model_cache": True, "skip_unread_renders": True, "reset_gripper": True}
+    g = torch.Generator().manual_seed(0)
+    ACTIONS = [torch.cat([torch.rand(6, generator=g) * 2 - 1, torch.ones(1)]) for _ in range(6)]  # gripper closing
+
+    def snapshot(env, td, prefix=()):
+        sim = env._env.env.sim
+        return [td[prefix + ("observation", "image")].numpy().copy(), td[prefix + ("observation", "state")].numpy().copy(),
+                sim.data.qpos.copy(), sim.data.qvel.copy()]
+
+    def episode(env):
+        td = env.reset()
+        out = snapshot(env, td)
+        for action in ACTIONS:
+            td = env.step(td.set("action", action))
+            out += snapshot(env, td, ("next",))
+            td = td["next"]
+        return out
+
+    def same(a, b):
+        return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
+"""
+
+
+def run(code: str, timeout: float = 600):
+    proc = run_python(COMMON + code, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_cache_states_and_skipped_renders_are_bit_identical_to_libero_env(tmp_path):
+    out = run(f"""
+    L.configure_rendering(None)
+    L.prepare_libero()
+    from torchrl.envs import LiberoEnv
+
+    cache = {str(tmp_path / "cache")!r}
+    plain = LiberoEnv(**ENV, env_kwargs={{"hard_reset": False}}, init_states=L.load_init_states("libero_spatial", 0))
+    plain.set_seed(7)
+    reference = episode(plain)
+    reference_xml = plain._env.env.sim.model.get_xml()
+    plain.close()
+
+    def corrupt():
+        import pathlib
+        [binary] = pathlib.Path(cache).glob("*.mjb")
+        binary.write_bytes(binary.read_bytes()[:1000])
+
+    results = {{}}
+    for name, options, before in (("miss", {{**ON, "model_cache": cache}}, None),
+                                  ("hit", {{**ON, "model_cache": cache}}, None),
+                                  ("corrupt", {{**ON, "model_cache": cache}}, corrupt),
+                                  ("off", {{**ON, "model_cache": False}}, None),
+                                  ("renders", {{**ON, "model_cache": False, "skip_unread_renders": False}}, None)):
+        if before:
+            before()
+        env = L.build({{**ENV, "env_kwargs": {{"hard_reset": False}}, "options": options}})
+        env.set_seed(7)
+        trace = episode(env)
+        cache_state = env.topo_model_cache
+        results[name] = {{"same": same(reference, trace), "renders": dict(env.topo_renders),
+                          "cache": cache_state and cache_state["construction"][0]["result"],
+                          "xml": env._env.env.sim.model.get_xml() == reference_xml if name == "hit" else None}}
+        env.close()
+    print(json.dumps(results))
+    """)
+    assert {name: r["same"] for name, r in out.items()} == dict.fromkeys(out, True)
+    assert {name: r["cache"] for name, r in out.items()} == {
+        "miss": "miss", "hit": "hit", "corrupt": "corrupt", "off": None, "renders": None}
+    assert out["hit"]["xml"] is True  # a loaded model still answers get_xml() as a compiled one
+    # 2 cameras: construction's 2 frames each, and 11 of the reset's 12 each (env reset, init state, 10 settle
+    # steps): only the last settle step is rendered
+    assert out["hit"]["renders"] == {"made": 2, "skipped": 2 * 2 + 2 * 11}
+    assert out["renders"]["renders"] == {}
+    shutil.rmtree(tmp_path / "cache")  # 262 MB: pytest keeps the temporary directories of recent sessions
+
+
+def test_soft_resets_start_like_hard_resets_only_with_the_gripper_reset():
+    """Two episodes from one init state, the first closing the gripper: soft reset vs hard reset."""
+    out = run("""
+    runs = {}
+    for name, hard, options in (("hard", True, ON), ("soft", False, ON),
+                                ("soft_unfixed", False, {**ON, "reset_gripper": False})):
+        env = L.build({**ENV, "env_kwargs": {"hard_reset": hard}, "options": options})
+        env.set_seed(3)
+        runs[name] = [episode(env), episode(env)]
+        resets = env.topo_model_cache["resets"]
+        env.close()
+        if hard:
+            hard_resets = resets
+    hard, soft, unfixed = runs["hard"], runs["soft"], runs["soft_unfixed"]
+    print(json.dumps({
+        "soft": [same(hard[0], soft[0]), same(hard[1], soft[1])],
+        "unfixed": [same(hard[0], unfixed[0]), same(hard[1], unfixed[1])],
+        "unfixed_qpos_gap": float(np.abs(hard[1][2] - unfixed[1][2]).max()),
+        "hard_resets": hard_resets,
+    }))
+    """)
+    assert out["soft"] == [True, True]
+    assert out["unfixed"] == [True, False] and out["unfixed_qpos_gap"] > 0
+    assert out["hard_resets"] == {"hit": 2}  # each episode's hard reset loads the model
+
+
+def test_cache_warm_compiles_each_task_once_and_builds_hit(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("""version: 1
+env:
+  backend: libero
+  kwargs: {task_suite: libero_object, camera_height: 64, camera_width: 64, env_kwargs: {hard_reset: false}}
+topology: {subcollectors: 1, workers_per_subcollector: 4}
+assignment: {tasks: 0-1}
+""")  # libero_object's tasks have scenes of their own (libero_spatial's ten share one model)
+    cache = tmp_path / "cache"
+
+    def topo(*args):
+        return subprocess.run([sys.executable, "-m", "topo.cli", "cache", *args], capture_output=True, text=True,
+                              timeout=600, cwd=ROOT, stdin=subprocess.DEVNULL)
+
+    first = topo("warm", str(spec), "--dir", str(cache))
+    assert first.returncode == 0, first.stderr[-3000:]
+    lines = first.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[:2]] == ["libero_object task 0", "libero_object task 1"]
+    assert all("compiled in" in line for line in lines[:2]) and lines[2] == "2 of 2 model(s) ready"
+    again = topo("warm", str(spec), "--dir", str(cache))
+    assert again.returncode == 0 and again.stdout.count("cached already") == 2
+    listing = topo("list", "--dir", str(cache))
+    assert listing.stdout.count("libero_object task") == 2 and "2 entries" in listing.stdout
+    built = run_python(f"""
+        import json
+        import topo.envs.libero as L
+        env = L.build({{"task_suite": "libero_object", "task_id": 1, "camera_height": 64, "camera_width": 64,
+                        "env_kwargs": {{"hard_reset": False}}, "options": {{"model_cache": {str(cache)!r}}}}})
+        print(json.dumps(env.topo_model_cache["construction"]))
+        env.close()
+    """)
+    assert built.returncode == 0, built.stderr[-3000:]
+    [event] = json.loads(built.stdout.strip().splitlines()[-1])
+    assert event["result"] == "hit"
+    cleared = topo("clear", "--dir", str(cache))
+    assert cleared.returncode == 0 and cleared.stdout.startswith("removed 6 file(s)")
+    assert os.listdir(cache) == []

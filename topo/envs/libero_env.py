@@ -1,0 +1,89 @@
+"""torchrl's ``LiberoEnv`` with topo's builder options (``env.options`` in a spec, ``env["options"]`` in a
+plan row), each on by default, each leaving LiberoEnv's observations bit-identical or, for the gripper,
+making a soft reset start an episode exactly like a hard one:
+
+- ``model_cache``: the task's compiled MuJoCo model comes from the cache (:mod:`topo.envs.mujoco_cache`)
+  at construction and at every hard reset; ``true`` (the default directory), a directory, or ``false``.
+- ``skip_unread_renders``: LiberoEnv's reset returns the observation of the last of its ``settle_steps``
+  no-op steps, yet robosuite renders every camera at the env reset, at ``set_init_state`` and at each
+  settle step (12 frames per camera, 11 of them unread: ~2.5 s on a CPU), and the reset that reads the specs during
+  construction renders frames of which only the shape is used. Those frames are skipped
+  (:mod:`topo.envs.robosuite_scope`); the frames of the last settle step are rendered. Without settle
+  steps nothing is skipped (the init state's frame is then the one read).
+- ``reset_gripper``: robosuite's grippers accumulate their command in ``current_action``, zeroed only
+  when the gripper model is built; with ``hard_reset: false`` an episode started from the previous one's
+  gripper command (qpos off by up to 2.2e-4 from a hard reset, 11 of 4096 pixels at 64 px). Zeroed before
+  every reset.
+
+What the cache did is kept in ``env.topo_model_cache``; frames rendered and skipped while the options
+were on (construction and resets, with ``skip_unread_renders``) in ``env.topo_renders``.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Any, Mapping
+
+import numpy as np
+from torchrl.envs import LiberoEnv
+
+from . import robosuite_scope
+from .robosuite_scope import Scope, scope
+
+
+class TopoLiberoEnv(LiberoEnv):
+    """``LiberoEnv(**kwargs)`` built and reset under the options ``topo_options`` (see the module)."""
+
+    def __init__(self, *args, topo_options: Mapping[str, Any], topo_cache=None, **kwargs):
+        robosuite_scope.install()
+        self.topo_options = dict(topo_options)
+        self._topo_cache = topo_cache
+        self._topo_label = f"{kwargs.get('task_suite')} task {kwargs.get('task_id')}"
+        self._topo_reset_results: collections.Counter = collections.Counter()
+        self.topo_renders = collections.Counter()  # camera frames "made" and "skipped" by construction and resets
+        skip = bool(self.topo_options.get("skip_unread_renders"))
+        state = Scope(cache=topo_cache, label=self._topo_label, unread=(lambda: True) if skip else None)
+        try:
+            with scope(state):
+                super().__init__(*args, **kwargs)
+        finally:
+            self._topo_construction_events = state.cache_events
+            self._count_renders(state)
+
+    @property
+    def topo_model_cache(self) -> dict[str, Any] | None:
+        """The cache's directory, what construction got from it, and the results of later (hard) resets."""
+        if self._topo_cache is None:
+            return None
+        return {"dir": str(self._topo_cache.directory), "construction": self._topo_construction_events,
+                "resets": dict(self._topo_reset_results)}
+
+    def _reset(self, tensordict=None, **kwargs):
+        if self.topo_options.get("reset_gripper"):
+            reset_grippers(self._env.env)
+        robosuite_env = self._env.env
+        settle = self.settle_steps
+        lean = bool(self.topo_options.get("skip_unread_renders")) and settle >= 1
+        # robosuite counts a step at its start: the last settle step runs with timestep == settle
+        state = Scope(cache=self._topo_cache, label=self._topo_label,
+                      unread=(lambda: robosuite_env.timestep < settle) if lean else None)
+        with scope(state):
+            out = super()._reset(tensordict, **kwargs)
+        self._topo_reset_results.update(event["result"] for event in state.cache_events)
+        self._count_renders(state)
+        stale = sorted(camera for camera in state.skipped if not state.made[camera])
+        if stale:
+            raise RuntimeError(f"skip_unread_renders: the last settle step rendered no frame of {stale} (a camera "
+                               "sampling rate other than the control rate?); set env.options.skip_unread_renders: false")
+        return out
+
+    def _count_renders(self, state: Scope) -> None:
+        self.topo_renders += collections.Counter(made=sum(state.made.values()), skipped=sum(state.skipped.values()))
+
+
+def reset_grippers(robosuite_env) -> None:
+    """Zero every gripper's accumulated command, as a newly built gripper model has it."""
+    for robot in robosuite_env.robots:
+        grippers = robot.gripper.values() if isinstance(robot.gripper, dict) else [robot.gripper]
+        for gripper in grippers:
+            if getattr(gripper, "current_action", None) is not None:
+                gripper.current_action = np.zeros(gripper.dof)
