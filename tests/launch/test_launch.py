@@ -76,6 +76,22 @@ def test_toy_2x3_from_spec(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_policy_from_the_command_line_acts_in_every_subcollector(tmp_path):
+    spec = write(tmp_path / "toy.yaml", toy_spec(2, 2))
+    report = tmp_path / "report"
+    result = launch(spec, "--report", report, "--batches", "2", "--policy", "topo.policies.tinyvla:make")
+    t_end = time.time()
+    assert result.returncode == 0, result.stderr
+    assert "policy topo.policies.tinyvla:make in subcollector" in result.stdout
+    plan = topo.compile_spec(str(spec))
+    s = assert_clean_launch(report, plan, t_end)  # 0 envs outside env workers, with a policy
+    assert_first_batch_matches(s, plan)
+    assert (s["policy"]["factory"], s["policy"]["trainer_policy"], s["policy"]["updates"]) == (
+        "topo.policies.tinyvla:make", False, 0)
+    assert [e["policy_versions"] for e in s["first_batch"]] == [None, None]  # no trainer weights: not versioned
+
+
+@pytest.mark.slow
 def test_toy_2x3_from_saved_plan(tmp_path):
     spec = write(tmp_path / "toy.yaml", toy_spec(2, 3))
     plan_path = tmp_path / "plan.json"

@@ -21,6 +21,7 @@ from launch_helpers import HANG_GUARD_S, HERE, alive, subprocess_env, toy_spec, 
 
 pytestmark = pytest.mark.slow
 TRAINER = HERE / "trainer.py"
+ROOT = HERE.parent.parent
 
 
 def train(tmp_path, *args, spec=None) -> tuple[subprocess.CompletedProcess, list[dict]]:
@@ -152,6 +153,18 @@ def _of_run(run_dir: str) -> list[int]:
         except psutil.Error:
             continue
     return out
+
+
+def test_the_grpo_example_trains_on_the_toy_topology(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "train_grpo.py"), str(ROOT / "examples" / "toy_2x3.yaml"),
+                           "--iterations", "3", "--report", str(tmp_path / "report")], env=subprocess_env(),
+                          capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("iteration")]
+    assert [line.split("acted with weights ")[1].split(",")[0] for line in lines] == ["v[0]", "v[1]", "v[2]"]
+    report = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert report["ok"] and report["policy"]["updates"] == 3
+    assert report["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 6}
 
 
 def test_collector_arguments_that_would_break_a_guarantee_are_refused(tmp_path):

@@ -54,7 +54,7 @@ def main() -> None:
     from topo.policies.tinyvla import make
 
     plan = topo.compile_spec(args.spec)
-    kwargs = {"action_dim": 4, "image_size": 16, "state_dim": 8}
+    kwargs = (plan["policy"] or {}).get("kwargs") or {"action_dim": 4, "image_size": 16, "state_dim": 8}
     plan["policy"] = {"factory": "topo.policies.tinyvla:make", "kwargs": kwargs, "placement": args.placement,
                       "device": None, "weight_sync": args.weight_sync}
     policy = make(**kwargs)
