@@ -21,6 +21,7 @@ from typing import Any, Iterator
 
 RUN_DIR_VAR = "TOPO_RUN_DIR"
 SLOTS_VAR = "TOPO_MAX_CONCURRENT_STARTS"
+RESTART_VAR = "TOPO_RESTART"  # set in the processes of a restarted subcollector: its restart number
 HOST = socket.gethostname()  # a pid means something only on the host that wrote it (Ray nodes)
 
 
@@ -38,10 +39,11 @@ class RunDir:
         return cls(path) if path else None
 
     def write(self, folder: str, name: str, **fields: Any) -> None:
-        """Atomically write ``{name, pid, ppid, host, time, **fields}`` as a new file under ``folder``."""
+        """Atomically write ``{name, pid, ppid, host, time, restart, **fields}`` as a new file under ``folder``."""
         where = os.path.join(self.path, folder)
         os.makedirs(where, exist_ok=True)
-        record = {"name": name, "pid": os.getpid(), "ppid": os.getppid(), "host": HOST, "time": time.time(), **fields}
+        record = {"name": name, "pid": os.getpid(), "ppid": os.getppid(), "host": HOST, "time": time.time(),
+                  "restart": restart_number(), **fields}
         final = os.path.join(where, f"{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.json")
         tmp = final + ".tmp"
         with open(tmp, "w") as f:
@@ -49,10 +51,11 @@ class RunDir:
         os.replace(tmp, final)
 
     def put(self, folder: str, name: str, **fields: Any) -> None:
-        """Atomically replace ``folder/name.json`` with ``{name, pid, host, time, **fields}``."""
+        """Atomically replace ``folder/name.json`` with ``{name, pid, host, time, restart, **fields}``."""
         where = os.path.join(self.path, folder)
         os.makedirs(where, exist_ok=True)
-        record = {"name": name, "pid": os.getpid(), "host": HOST, "time": time.time(), **fields}
+        record = {"name": name, "pid": os.getpid(), "host": HOST, "time": time.time(), "restart": restart_number(),
+                  **fields}
         final = os.path.join(where, f"{name}.json")
         tmp = f"{final}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
@@ -110,6 +113,11 @@ class RunDir:
         finally:
             for f in files:
                 f.close()  # closing releases the lock
+
+
+def restart_number() -> int:
+    """0 in the processes a run started first; k in those of a subcollector's k-th restart (and its workers)."""
+    return int(os.environ.get(RESTART_VAR) or 0)
 
 
 def _try_lock(f) -> bool:

@@ -512,6 +512,12 @@ def _launch(spec: Spec, backend: Backend | None) -> list[Diagnostic]:
     if k is not None and k >= spec.total_workers:
         out.append(warning("max-concurrent-starts-unused", f"max_concurrent_starts {k} >= {spec.total_workers} workers: "
                            "it never limits anything", path + ("max_concurrent_starts",), "lower it or remove it"))
+    engine = (spec.raw.get("placement") or {}).get("engine", "local")
+    asked = [key for key, on in (("restarts", spec.restarts_max > 0), ("hang_timeout", spec.hang_timeout is not None)) if on]
+    if engine != "local" and asked:
+        out.append(error("recovery-needs-local-engine", f"launch.{asked[0]} works on the local engine: under engine "
+                         f"{engine!r} the subcollectors are actors that topo neither restarts nor watches step by step",
+                         path + (asked[0],), "remove it, or use placement.engine: local"))
     if len(spec.workers) != spec.subcollectors:
         return out  # workers-list-length: the batch arithmetic would count the wrong subcollectors
     fpb_path = ("collector", "frames_per_batch")

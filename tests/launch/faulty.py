@@ -35,3 +35,27 @@ def hanging(*, fault_seed=None, seed, ignore_sigterm=False, **kwargs):
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         time.sleep(3600)
     return toy(seed=seed, **kwargs)
+
+
+def raising_when_restarted(*, fault_seed, stride, seed, **kwargs):
+    """``toy``; but the worker planned with ``fault_seed`` raises in every restart of its subcollector
+    (restart k gives it seed ``fault_seed + k * stride``, the stride being the plan's worker count)."""
+    if seed > fault_seed and (seed - fault_seed) % stride == 0:
+        raise RuntimeError(f"planted failure in a restarted worker (seed {seed})")
+    return toy(seed=seed, **kwargs)
+
+
+def hanging_step(*, fault_seed, after_steps, seed, **kwargs):
+    """``toy``, whose env step never returns after ``after_steps`` steps in the worker with ``fault_seed``."""
+    env = toy(seed=seed, **kwargs)
+    if seed == fault_seed:
+        step, calls = env._step, [0]
+
+        def _step(tensordict):
+            calls[0] += 1
+            if calls[0] > after_steps:
+                time.sleep(3600)
+            return step(tensordict)
+
+        env._step = _step
+    return env

@@ -96,6 +96,18 @@ class DeathWatch:
         self._fds.clear()
 
 
+def describe_exitcode(exitcode: int | None) -> str | None:
+    """multiprocessing's ``exitcode`` (negative: the signal) in the words of :func:`exit_status`."""
+    if exitcode is None:
+        return None
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
 def exit_status(pid: int, pidfd: int | None = None) -> str | None:
     """How a dead process ended: asked of its pidfd once its parent reaped it (Linux 6.15+), read from
     ``/proc/PID/stat`` while it is a zombie; None when neither can tell."""
@@ -209,6 +221,18 @@ def wait(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
         time.sleep(0.05)
         left = [p for p in left if running(p)]
     return left
+
+
+def kill(proc: psutil.Process) -> None:
+    """SIGKILL, if it still runs."""
+    _send(proc, psutil.Process.kill)
+
+
+def in_group(proc: psutil.Process, pgid: int) -> bool:
+    try:
+        return os.getpgid(proc.pid) == pgid
+    except OSError:
+        return False
 
 
 def _send(proc: psutil.Process, how) -> None:
