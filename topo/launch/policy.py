@@ -15,6 +15,7 @@ had received. The factories below run in the subcollectors and the server (modul
 """
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import time
@@ -151,7 +152,7 @@ class Placement:
         self.setup = setup
         self.trainer_policy = trainer_policy
         self.n = n_subcollectors
-        self.sender = None  # the VersionedPolicy over the trainer's policy (subcollector placement)
+        self.sender = None  # subcollector placement: a VersionedPolicy over a copy of the trainer's policy
         self.server = None
         self.transport = None
         self.scheme = None
@@ -201,7 +202,9 @@ class Placement:
         if synced:
             from torchrl.weight_update import MultiProcessWeightSyncScheme, SharedMemWeightSyncScheme
 
-            self.sender = VersionedPolicy(self.trainer_policy)
+            # the copies get their own buffer, not the trainer's parameters: torchrl's schemes move the module
+            # they are given into shared memory, where the copies would see each optimizer step as it happens
+            self.sender = VersionedPolicy(copy.deepcopy(self.trainer_policy))
             self.scheme = SharedMemWeightSyncScheme() if setup.weight_sync == "shared_mem" else MultiProcessWeightSyncScheme()
             kwargs.update(policy=self.sender, weight_sync_schemes={"policy": self.scheme})
         return kwargs
@@ -215,12 +218,10 @@ class Placement:
             raise UsageError("weights cannot be updated: pass the trainer's policy to topo.collector(policy=...) so "
                             "that topo sets up a weight-sync scheme")
         else:
-            self.sender.version += 1
-            if policy_or_weights is None or policy_or_weights is self.trainer_policy:
-                collector.update_policy_weights_(self.sender)
-            else:
-                collector.update_policy_weights_(
-                    TensorDict({"policy": self._weights(policy_or_weights), "version": self.sender.version.clone()}))
+            with torch.no_grad():
+                TensorDict.from_module(self.sender.policy).data.update_(self._weights(policy_or_weights))
+                self.sender.version += 1
+            collector.update_policy_weights_(self.sender)  # each copy applies them, and acknowledges
         self.updates.append(time.perf_counter() - started)
         return self.version
 
