@@ -189,3 +189,6 @@ def test_collector_arguments_that_would_break_a_guarantee_are_refused(tmp_path):
         topo.collector(plan, frames_per_batch=10)
     with pytest.raises(UsageError, match="policy= needs a policy factory"):
         topo.collector(plan, policy=object())
+    ray_plan = topo.compile_spec(str(write(tmp_path / "ray.yaml", toy_spec(1, 2, placement={"engine": "ray"}))))
+    with pytest.raises(UsageError, match="weight updates reach local subcollectors only"):
+        topo.collector(ray_plan, policy_factory="topo.policies.tinyvla:make", policy=object())
