@@ -35,3 +35,14 @@ def hanging(*, fault_seed=None, seed, ignore_sigterm=False, **kwargs):
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         time.sleep(3600)
     return toy(seed=seed, **kwargs)
+
+
+def failing_policy(**_):
+    raise RuntimeError("planted failure in the policy factory")
+
+
+def plain_module(**_):
+    """A policy that is not a TensorDict module (torchrl would build an env to guess its keys)."""
+    import torch
+
+    return torch.nn.Linear(8, 4)
