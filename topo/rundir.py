@@ -40,23 +40,19 @@ class RunDir:
 
     def write(self, folder: str, name: str, **fields: Any) -> None:
         """Atomically write ``{name, pid, ppid, host, time, restart, **fields}`` as a new file under ``folder``."""
-        where = os.path.join(self.path, folder)
-        os.makedirs(where, exist_ok=True)
-        record = {"name": name, "pid": os.getpid(), "ppid": os.getppid(), "host": HOST, "time": time.time(),
-                  "restart": restart_number(), **fields}
-        final = os.path.join(where, f"{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.json")
-        tmp = final + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(record, f)
-        os.replace(tmp, final)
+        self._dump(folder, f"{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.json",
+                   {"name": name, "pid": os.getpid(), "ppid": os.getppid(), "host": HOST, "time": time.time(),
+                    "restart": restart_number(), **fields})
 
     def put(self, folder: str, name: str, **fields: Any) -> None:
         """Atomically replace ``folder/name.json`` with ``{name, pid, host, time, restart, **fields}``."""
+        self._dump(folder, f"{name}.json", {"name": name, "pid": os.getpid(), "host": HOST, "time": time.time(),
+                                                "restart": restart_number(), **fields})
+
+    def _dump(self, folder: str, file: str, record: dict) -> None:
         where = os.path.join(self.path, folder)
         os.makedirs(where, exist_ok=True)
-        record = {"name": name, "pid": os.getpid(), "host": HOST, "time": time.time(), "restart": restart_number(),
-                  **fields}
-        final = os.path.join(where, f"{name}.json")
+        final = os.path.join(where, file)
         tmp = f"{final}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
             json.dump(record, f)

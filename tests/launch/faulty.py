@@ -59,3 +59,14 @@ def hanging_step(*, fault_seed, after_steps, seed, **kwargs):
 
         env._step = _step
     return env
+
+
+def failing_policy(**_):
+    raise RuntimeError("planted failure in the policy factory")
+
+
+def plain_module(**_):
+    """A policy that is not a TensorDict module (torchrl would build an env to guess its keys)."""
+    import torch
+
+    return torch.nn.Linear(8, 4)

@@ -82,7 +82,7 @@ def test_a_policy_from_the_command_line_acts_in_every_subcollector(tmp_path):
     result = launch(spec, "--report", report, "--batches", "2", "--policy", "topo.policies.tinyvla:make")
     t_end = time.time()
     assert result.returncode == 0, result.stderr
-    assert "policy topo.policies.tinyvla:make in subcollector" in result.stdout
+    assert "policy topo.policies.tinyvla:make in each subcollector, with the factory's weights" in result.stdout
     plan = topo.compile_spec(str(spec))
     s = assert_clean_launch(report, plan, t_end)  # 0 envs outside env workers, with a policy
     assert_first_batch_matches(s, plan)

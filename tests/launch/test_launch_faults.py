@@ -131,3 +131,28 @@ def test_subcollector_killed_during_collection(tmp_path):
     assert "at subcollector 0" in err
     assert_no_bare_traceback(err)
     assert_torn_down(report, t_end)
+
+
+@pytest.mark.parametrize("placement", ["subcollector", "server"])
+def test_a_policy_factory_that_raises_is_named(tmp_path, placement):
+    policy = {"factory": "faulty:failing_policy", "placement": placement}
+    spec = write(tmp_path / "spec.yaml", toy_spec(2, 2, policy=policy))
+    report = tmp_path / "report"
+    result = launch(spec, "--report", report, "--quiet")
+    t_end = time.time()
+    assert result.returncode == 1, result.stderr
+    where = "the policy server" if placement == "server" else "subcollector"
+    assert f"policy factory failed in {where}" in result.stderr
+    assert "RuntimeError: planted failure in the policy factory" in result.stderr
+    assert 'faulty.py", line' in result.stderr  # the factory's own traceback
+    assert_no_bare_traceback(result.stderr)
+    s = assert_torn_down(report, t_end)
+    assert s["error"]["failure"]["kind"] == "policy-failed"
+
+
+def test_a_policy_that_is_not_a_tensordict_module_is_refused(tmp_path):
+    spec = write(tmp_path / "spec.yaml", toy_spec(1, 2, policy={"factory": "faulty:plain_module"}))
+    result = launch(spec, "--report", tmp_path / "report", "--quiet")
+    assert result.returncode == 1, result.stderr
+    assert "the policy factory returned a Linear, not a TensorDictModuleBase" in result.stderr
+    assert_no_bare_traceback(result.stderr)

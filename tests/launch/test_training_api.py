@@ -72,6 +72,18 @@ def test_the_policy_acts_with_the_weights_the_trainer_pushed(tmp_path, placement
     assert_trainer_state_restored(events)
 
 
+@pytest.mark.parametrize("weight_sync", ["shared_mem", "multiprocess"])
+def test_the_copies_act_with_pushed_weights_only(tmp_path, weight_sync):
+    """An optimizer step is not seen until update_weights: no copy shares the trainer's parameters."""
+    done, events = train(tmp_path, "--weight-sync", weight_sync, "--then", "skip-first-update", "--iterations", 3)
+    assert done.returncode == 0, done.stderr
+    batches = of(events, "batch")
+    assert [b["versions"] for b in batches] == [[0], [0], [1]]
+    assert batches[0]["diff"] < 1e-5
+    assert batches[1]["diff"] > 1e-3  # the trainer stepped; the copies still act with version 0
+    assert batches[2]["diff"] < 1e-5  # pushed: they act with the trainer's weights again
+
+
 def test_multiprocess_weight_sync_reaches_every_subcollector(tmp_path):
     done, events = train(tmp_path, "--weight-sync", "multiprocess", "--iterations", 2)
     assert done.returncode == 0, done.stderr
@@ -177,3 +189,6 @@ def test_collector_arguments_that_would_break_a_guarantee_are_refused(tmp_path):
         topo.collector(plan, frames_per_batch=10)
     with pytest.raises(UsageError, match="policy= needs a policy factory"):
         topo.collector(plan, policy=object())
+    ray_plan = topo.compile_spec(str(write(tmp_path / "ray.yaml", toy_spec(1, 2, placement={"engine": "ray"}))))
+    with pytest.raises(UsageError, match="weight updates reach local subcollectors only"):
+        topo.collector(ray_plan, policy_factory="topo.policies.tinyvla:make", policy=object())

@@ -55,7 +55,8 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--report")
     parser.add_argument("--restarts", type=int, default=0, help="launch.restarts max")
-    parser.add_argument("--then", default="ok", choices=["ok", "raise", "kill-worker", "kill-subcollector-then-update"])
+    parser.add_argument("--then", default="ok",
+                        choices=["ok", "raise", "kill-worker", "kill-subcollector-then-update", "skip-first-update"])
     args = parser.parse_args()
 
     import torch
@@ -95,10 +96,12 @@ def main() -> None:
                 if args.then == "kill-subcollector-then-update":
                     os.kill(run.state.subcollectors[0].pid, signal.SIGKILL)
                     time.sleep(0.5)
-                loss = -policy.log_prob(flat).mean()  # any differentiable step changes the weights
+                loss = policy.mean(flat).pow(2).mean()  # a step that surely changes the weights
                 optim.zero_grad()
                 loss.backward()
                 optim.step()
+                if args.then == "skip-first-update" and i == 0:
+                    continue  # the copies must go on acting with the weights last pushed
                 started = time.monotonic()
                 version = run.update_weights()
                 emit(event="update", version=version, seconds=time.monotonic() - started)

@@ -15,6 +15,7 @@ had received. The factories below run in the subcollectors and the server (modul
 """
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import time
@@ -152,12 +153,11 @@ class Placement:
         self.collector_acks = collector_acks  # the collector waits for acknowledgements (topo.launch.respawn)
         self.trainer_policy = trainer_policy
         self.n = n_subcollectors
-        self.sender = None  # the VersionedPolicy over the trainer's policy (subcollector placement)
+        self.sender = None  # subcollector placement: a VersionedPolicy over a copy of the trainer's policy
         self.server = None
         self.transport = None
         self.scheme = None
         self.served: dict | None = None  # the server's keys (server placement), for the clients of restarts
-        self.last_pushed = None  # weights last pushed other than the trainer's policy (a restart starts from them)
         self.updates: list[float] = []  # seconds each weight update took
 
     @property
@@ -203,7 +203,9 @@ class Placement:
         if synced:
             from torchrl.weight_update import MultiProcessWeightSyncScheme, SharedMemWeightSyncScheme
 
-            self.sender = VersionedPolicy(self.trainer_policy)
+            # the copies get their own buffer, not the trainer's parameters: torchrl's schemes move the module
+            # they are given into shared memory, where the copies would see each optimizer step as it happens
+            self.sender = VersionedPolicy(copy.deepcopy(self.trainer_policy))
             # collector_acks: the collector waits for each acknowledgement itself, restarting a lost
             # subcollector instead of waiting for it forever (topo.launch.respawn)
             sync = not self.collector_acks
@@ -231,14 +233,10 @@ class Placement:
             raise UsageError("weights cannot be updated: pass the trainer's policy to topo.collector(policy=...) so "
                             "that topo sets up a weight-sync scheme")
         else:
-            self.sender.version += 1
-            if policy_or_weights is None or policy_or_weights is self.trainer_policy:
-                self.last_pushed = None
-                collector.update_policy_weights_(self.sender)
-            else:
-                self.last_pushed = TensorDict({"policy": self._weights(policy_or_weights),
-                                               "version": self.sender.version.clone()})
-                collector.update_policy_weights_(self.last_pushed)
+            with torch.no_grad():
+                TensorDict.from_module(self.sender.policy).data.update_(self._weights(policy_or_weights))
+                self.sender.version += 1
+            collector.update_policy_weights_(self.sender)  # each copy applies them, and acknowledges
         self.updates.append(time.perf_counter() - started)
         return self.version
 

@@ -268,9 +268,9 @@ class Recovery:
         stamp.start()
 
     def current_weights(self):
-        """The weights a restarted subcollector's policy starts from: the last ones pushed (None: the trainer's policy)."""
+        """The weights a restarted subcollector's policy starts from: the sender's, the last ones pushed."""
         placement = self.run.placement
-        return placement.last_pushed if placement is not None else None
+        return placement.sender if placement is not None else None
 
     def _record(self, index: int, sub: Subcollector) -> Restart:
         return next(r for r in reversed(self.state.restarts) if (r.subcollector, r.restart) == (index, sub.restart))

@@ -235,9 +235,7 @@ def human(s: dict) -> str:
     ]
     policy = s.get("policy")
     if policy:
-        versions = [e.get("policy_versions") for e in s["first_batch"]]
-        lines.append(f"  policy {policy['factory']} in {policy['placement']} ({policy['weight_sync']}): "
-                     f"{policy['updates']} weight update(s); versions in each subcollector's last batch {versions}")
+        lines.append(f"  policy {policy['factory']} " + _acting(policy, [e.get("policy_versions") for e in s["first_batch"]]))
     for d in s.get("render_devices") or []:  # the planned id in its numbering, and the EGL device it resolved to
         planned, egl, cuda = d.get("planned"), d.get("egl_device"), d.get("cuda_device")
         if planned is None:
@@ -270,6 +268,15 @@ def human(s: dict) -> str:
             lines.append(f"    sub{entry['subcollector']} [{entry['status']}] groups {groups}: "
                          + "; ".join(repr(text) for text in seen))
     return "\n".join(lines)
+
+
+def _acting(policy: dict, versions: list) -> str:
+    """Where the policy acted and which weights: e.g. ``in each subcollector, weights by shared_mem: 3 update(s)...``."""
+    where = "on one inference server" if policy["placement"] == "server" else "in each subcollector"
+    if not policy["trainer_policy"]:
+        return f"{where}, with the factory's weights (no trainer policy to push)"
+    how = "" if policy["placement"] == "server" else f", weights by {policy['weight_sync']}"
+    return f"{where}{how}: {policy['updates']} update(s); versions in each subcollector's last batch {versions}"
 
 
 def _fmt(value: float | None) -> str:

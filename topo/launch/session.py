@@ -103,6 +103,10 @@ class Run:
         if policy is not None and self.placement is None:
             raise UsageError("policy= needs a policy factory to build the copies that act: pass policy_factory= or "
                             "give the spec a policy section")
+        self.engine = engine_for(plan)
+        if policy is not None and self.engine.name != "local":
+            raise UsageError("weight updates reach local subcollectors only: with placement.engine ray, each actor "
+                             "builds its copy from the policy factory and keeps its weights (drop policy=)")
         self.report_dir = report_dir
         self.process_logs = process_logs
         # with process logs, the processes started get this process's stdout/stderr as a file: progress keeps the terminal
