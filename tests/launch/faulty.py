@@ -47,14 +47,26 @@ def raising_when_restarted(*, fault_seed, stride, seed, **kwargs):
 
 def hanging_step(*, fault_seed, after_steps, seed, **kwargs):
     """``toy``, whose env step never returns after ``after_steps`` steps in the worker with ``fault_seed``."""
-    env = toy(seed=seed, **kwargs)
-    if seed == fault_seed:
+    return _after_steps(toy(seed=seed, **kwargs), after_steps if seed == fault_seed else None,
+                        lambda: time.sleep(3600))
+
+
+def dying_step(*, fault_seed, after_steps, seed, **kwargs):
+    """``toy``, whose worker with ``fault_seed`` SIGKILLs itself in step ``after_steps + 1`` (a restart
+    reseeds it: it lives)."""
+    return _after_steps(toy(seed=seed, **kwargs), after_steps if seed == fault_seed else None,
+                        lambda: os.kill(os.getpid(), signal.SIGKILL))
+
+
+def _after_steps(env, after_steps, fault):
+    """``env``, calling ``fault()`` in each step past the first ``after_steps`` (None: never)."""
+    if after_steps is not None:
         step, calls = env._step, [0]
 
         def _step(tensordict):
             calls[0] += 1
             if calls[0] > after_steps:
-                time.sleep(3600)
+                fault()
             return step(tensordict)
 
         env._step = _step

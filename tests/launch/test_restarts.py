@@ -14,6 +14,7 @@ import time
 import pytest
 
 import topo
+from topo.rundir import RunDir
 
 from launch_helpers import (HANG_GUARD_S, HERE, LAUNCH_LIMITS, alive, launch, subprocess_env, summary, toy_spec,
                             user_spec, wait_for, write)
@@ -90,6 +91,53 @@ def test_a_killed_worker_restarts_its_subcollector_with_its_plan_rows_and_the_pu
     assert_nothing_left(report, t_end)
 
 
+def test_topo_launch_restarts_a_killed_worker_and_reports_it(tmp_path):
+    """`topo launch`, sync: worker 1 of subcollector 1 dies by SIGKILL in its 21st step; its subcollector
+    starts again with its plan rows, the launch collects every batch asked, exits 0 and reports the restart."""
+    spec = user_spec("faulty:dying_step", 2, 2, fault_seed=3, after_steps=20)
+    spec["assignment"].update(tasks=[0, 1], instructions={0: "push left", 1: "push right"},
+                              groups={"size": 1, "candidate_size": 2})
+    spec["launch"]["restarts"] = {"max": 1}
+    report = tmp_path / "report"
+    result = launch(write(tmp_path / "spec.yaml", spec), "--batches", 40, "--report", report)
+    t_end = time.time()
+    assert result.returncode == 0, result.stderr
+    s = summary(report)
+    (restart,) = s["restarts"]
+    cause = restart["cause"]
+    assert (cause["kind"], cause["subcollector"], cause["worker"], cause["how"]) == ("worker-died", 1, 1,
+                                                                                   "killed by SIGKILL")
+    assert cause["pid"] in restart["replaced"]["workers"] and restart["row"]["seed"] == 3
+    assert restart["seeds"] == {"planned": [6, 7], "applied": [6, 7]}  # seeds 2, 3 + 1 restart x 4 workers
+    first = restart["first_batch"]
+    assert (first["status"], first["instructions"]) == ("ok", ["push left", "push right"])  # this env has no group ids
+    assert s["launch"]["batches_collected"] == 40 and restart["outcome"] == "collecting"
+    assert 0 < restart["recover_s"] < 120
+    new_pids = f"pids {restart['started']['subcollector']} {restart['started']['workers']}"
+    assert ("restart 1 of sub1 at " in result.stdout and "sub1/w1 worker-died (killed by SIGKILL); first batch"
+            in result.stdout and f"{new_pids}, seeds [6, 7]" in result.stdout), result.stdout
+    assert_nothing_left(s, t_end)
+
+
+def test_without_restarts_a_killed_fork_worker_is_blamed_exactly(tmp_path):
+    """The issue's case: forked workers, 2 x 3, worker 1 of subcollector 1 SIGKILLed while collecting; the
+    launch fails naming that worker alone, not a neighbour or its subcollector (torchrl's own failure)."""
+    spec = user_spec("faulty:dying_step", 2, 3, fault_seed=4, after_steps=5)
+    spec["topology"]["start_method"] = {"workers": "fork"}
+    report = tmp_path / "report"
+    result = launch(write(tmp_path / "spec.yaml", spec), "--batches", 10**6, "--report", report, "--quiet")
+    t_end = time.time()
+    assert result.returncode == 1, result.stderr
+    assert "env worker died while collecting without a traceback (killed by SIGKILL" in result.stderr
+    assert "at subcollector 1, worker 1" in result.stderr and "seed=4" in result.stderr
+    assert "At least one process failed" not in result.stderr
+    s = summary(report)
+    failure = s["error"]["failure"]
+    assert (failure["kind"], failure["subcollector"], failure["worker"]) == ("worker-died", 1, 1)
+    assert failure["pid"] == s["processes"]["worker_pids"][4]
+    assert_nothing_left(s, t_end)
+
+
 def test_async_a_killed_worker_loses_only_its_subcollector_rollout(tmp_path):
     spec = restarting(collector={"sync": False})
     done, events = collect(tmp_path, spec, "--do", "kill:worker:0:1", "--at", 2, "--after", 10)
@@ -122,6 +170,28 @@ def test_a_killed_subcollector_restarts(tmp_path):
     assert restart["first_batch"]["status"] == "ok"
     assert report["processes"]["subcollector_exit_codes"] == [0, 0]  # the restarted one shut down cleanly
     assert_nothing_left(report, t_end)
+
+
+def test_sigkill_of_the_trainer_during_a_restart_leaves_no_process(tmp_path):
+    """The trainer dies while subcollector 0 starts again: the watcher ends the old processes and the new."""
+    path = write(tmp_path / "spec.yaml", restarting())
+    proc = subprocess.Popen([sys.executable, str(COLLECT), str(path), "--report", str(tmp_path / "report"),
+                             "--do", "kill:worker:0:1", "--at", "1"],
+                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        run_dir = _event(proc, "ready")["run_dir"]
+        _event(proc, "done")
+        restarted = wait_for(lambda: [m["pid"] for m in RunDir(run_dir).read_all("markers") if m["restart"]],
+                             what="a process of the restart")
+    finally:
+        proc.kill()
+        proc.wait()
+    wait_for(lambda: os.path.exists(os.path.join(run_dir, "watcher.json")), timeout=60, what="the watcher's record")
+    record = json.loads(open(os.path.join(run_dir, "watcher.json")).read())
+    named = {m["pid"] for m in RunDir(run_dir).read_all("markers")}  # first starts and the restart's processes
+    assert set(restarted) <= named and set(restarted) <= set(record["terminated"])
+    assert record["left"] == []
+    wait_for(lambda: alive(named, time.time()) == [], timeout=30, what="every process of the run to be gone")
 
 
 def test_a_subcollector_that_stops_answering_is_found_and_restarted(tmp_path):
@@ -200,8 +270,6 @@ def test_blame_is_exact_over_repeated_kills_with_fork_workers(tmp_path):
     killed = []
     try:
         ready = _event(proc, "ready")
-        from topo.rundir import RunDir
-
         for k in range(3):
             wait_for(lambda: _all_collecting(RunDir(ready["run_dir"]), k), what=f"restart {k} collecting")
             c, w = rng.randrange(2), rng.randrange(3)

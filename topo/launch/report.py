@@ -124,7 +124,7 @@ def summary(run) -> dict[str, Any]:
 
 
 def restarts(state) -> list[dict[str, Any]]:
-    """Each restart: its cause, its times (seconds since launch; ``recover_s``: from the failure to the
+    """Each restart: its cause (and the failed worker's plan row, its kwargs aside), its times (seconds since launch; ``recover_s``: from the failure to the
     restarted subcollector's first batch), the processes it replaced and started, the seeds they applied."""
     out = []
     for r in state.restarts:
@@ -141,6 +141,7 @@ def restarts(state) -> list[dict[str, Any]]:
             "outcome": "superseded" if r.superseded else "collecting" if first else "ready" if r.ready_at
             else "starting" if r.began_at else "pending",
             "cause": r.cause.to_dict(),
+            "row": {k: v for k, v in r.cause.row.items() if k != "kwargs"} if r.cause.row else None,
             "failed_s": _since(state, died), "decided_s": _since(state, r.decided_at),
             "began_s": _since(state, r.began_at), "ready_s": _since(state, r.ready_at),
             "first_batch_s": _since(state, first),
