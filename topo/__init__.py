@@ -13,7 +13,7 @@ Python API (mirrors the CLI; nothing but :func:`collector` imports torch)::
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from .version import __version__
 
 from typing import Any, Callable, Mapping
 
@@ -22,7 +22,7 @@ from .load import Source, load
 from .validate import Checked, validate
 
 __all__ = [
-    "Checked", "LaunchError", "Source", "SpecError", "StalePlanError", "TopoError",
+    "Checked", "LaunchError", "Source", "SpecError", "StalePlanError", "TopoError", "__version__",
     "collector", "compile_source", "compile_spec", "load", "validate",
 ]
 

@@ -6,11 +6,12 @@ import contextlib
 import importlib
 import os
 import shutil
+import signal
 import sys
 
 import click
 
-from .errors import SpecError, TopoError
+from .errors import Interrupted, SpecError, TopoError
 
 LAZY_COMMANDS = {
     "launch": "topo.launch.command:launch",
@@ -21,7 +22,16 @@ LAZY_COMMANDS = {
 
 
 class Group(click.Group):
-    """Loads heavy subcommands only when they run, so validate/plan stay fast and torch-free."""
+    """Loads heavy subcommands only when they run, so validate/plan stay fast and torch-free; turns topo's
+    errors into their message and exit code (2 bad input, 1 launch failure, 128 + signal), never a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            fail(Interrupted(signal.SIGINT))
+        except TopoError as err:
+            fail(err)
 
     def list_commands(self, ctx):
         return sorted(set(super().list_commands(ctx)) | set(LAZY_COMMANDS))
@@ -102,20 +112,12 @@ def validate(spec, assignments, strict, fmt):
 @click.option("--strict", is_flag=True, help="Warnings fail too (exit 2).")
 def plan(spec, assignments, dry_run, fmt, limit, out, strict):
     """Compile SPEC into a plan: one row per worker with its exact kwargs, and a coverage summary."""
-    from . import load, render, validate
+    from . import compile_source, load, render
     from .load import parse_assignments
-    from .plan import compile_checked, dumps
+    from .plan import dumps
 
-    try:
-        source = load(spec, parse_assignments(assignments))
-        checked = validate(source)
-        if checked.errors or (strict and checked.warnings):
-            raise SpecError(checked.diagnostics)  # printed once, warnings included
-        if checked.warnings:
-            click.echo(render.diagnostics_text(checked.warnings), nl=False, err=True)
-        result = compile_checked(source, checked)
-    except TopoError as err:
-        fail(err)
+    result = compile_source(load(spec, parse_assignments(assignments)), strict=strict,
+                            on_warnings=lambda found: click.echo(render.diagnostics_text(found), nl=False, err=True))
     if out:
         try:
             with open(out, "w", encoding="utf-8") as handle:
@@ -210,10 +212,7 @@ def cache_warm(spec, assignments, directory):
     from .model_cache import human_bytes
     from .plan import rows
 
-    try:
-        plan = compile_spec(spec, parse_assignments(assignments))
-    except TopoError as err:
-        fail(err)
+    plan = compile_spec(spec, parse_assignments(assignments))
     module = importlib.import_module(plan["env"]["builder"].partition(":")[0])
     if not hasattr(module, "warm"):
         click.echo(f"backend {plan['env']['backend']!r} compiles no MuJoCo model that topo caches: nothing to warm")

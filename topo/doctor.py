@@ -19,6 +19,8 @@ from typing import Any, Iterable
 
 import click
 
+from .plan import engine
+
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 #: a process that imports torch + torchrl holds ~0.37 GB (measured): a collector, or a worker whose
 #: backend states no ``memory_per_worker_gb``
@@ -49,14 +51,10 @@ def doctor(spec, assignments, fmt):
 
     Exit 0 when nothing blocks a launch (warnings allowed), 1 when a check fails, 2 on a bad spec.
     """
-    from .errors import TopoError
+    from .launch.plans import resolve
     from .load import parse_assignments
 
-    try:
-        plan = load_plan(spec, parse_assignments(assignments))
-    except TopoError as err:
-        click.echo(err.format(), err=True)
-        sys.exit(err.exit_code)
+    plan = resolve(spec, parse_assignments(assignments))
     checks = run_checks(plan)
     failed = any(c.status == FAIL for c in checks)
     if fmt == "json":
@@ -64,15 +62,6 @@ def doctor(spec, assignments, fmt):
     else:
         click.echo(render_text(spec, plan, checks), nl=False)
     sys.exit(1 if failed else 0)
-
-
-def load_plan(path: str, variables: dict[str, str]) -> dict:
-    """A saved plan as is, or the plan of a spec."""
-    from . import compile_spec
-    from .launch.plans import read_plan
-
-    plan = read_plan(path)
-    return plan if plan is not None else compile_spec(path, variables)
 
 
 def run_checks(plan: dict) -> list[Check]:
@@ -99,12 +88,11 @@ def run_checks(plan: dict) -> list[Check]:
         checks.append(check_numbering((results.get("egl") or {}).get("devices"), cuda, numbering, gpus))
     if backend == "libero":
         checks.extend(check_libero(plan, results["imports"]))
-    engine = (plan.get("placement") or {}).get("engine", "local")
-    if engine == "local":
+    if engine(plan) == "local":
         checks.append(check_memory(plan, _available_gb()))
     else:  # this host only drives the cluster: its GPUs do not decide
         checks = [replace(c, status=WARN) if c.name == "render-gpus" and c.status == FAIL else c for c in checks]
-        checks.append(Check("placement", WARN, f"engine {engine}: workers run on the cluster's nodes, these checks ran "
+        checks.append(Check("placement", WARN, f"engine {engine(plan)}: workers run on the cluster's nodes, these checks ran "
                             "on this host (memory not estimated)", "run `topo doctor` on a node of each kind too"))
     return checks
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .diagnostics import Diagnostic, error, warning
+from .diagnostics import Diagnostic, error, ids_text, warning
 from .spec import Spec, parse_task_item
 
 GB = 1024**3
@@ -169,7 +169,7 @@ def check(spec: Spec, memory_per_worker_gb: float | None) -> list[Diagnostic]:
             add(error, "placement-unsatisfiable", f"{{who}} {{asks}} for {_describe(r)}, more than any declared node "
                 f"has ({_shortfall(r, kinds)})", where, "ask for less, or declare a larger node", c)
     for (make, code, message, where, hint), subs in found.items():
-        who = f"subcollector {subs[0]}" if len(subs) == 1 else f"subcollectors {_ranges(subs)}"
+        who = f"subcollector {subs[0]}" if len(subs) == 1 else f"subcollectors {ids_text(subs)}"
         one = len(subs) == 1
         verbs = {verb: verb + "s" if one else verb for verb in ("ask", "render", "run")}
         out.append(make(code, message.format(who=who, asks=verbs["ask"], renders=verbs["render"], runs=verbs["run"]),
@@ -193,7 +193,7 @@ def _paper_check(spec: Spec, requests: list[Resources], kinds: list[Node]) -> li
         total = {key: sum(_amount(r, key) for r in requests) for key in keys}
         cap = {key: sum((kind.capacity(key) or 0) * kind.count for kind in kinds) for key in keys}
         arithmetic = ", ".join(f"{key} {total[key]:g} asked / {cap[key]:g} declared" for key in keys if total[key])
-        out.append(error("placement-unsatisfiable", f"subcollector(s) {_ranges(homeless)} fit on no node once the others "
+        out.append(error("placement-unsatisfiable", f"subcollector(s) {ids_text(homeless)} fit on no node once the others "
                          f"are placed ({arithmetic})", path, "declare more nodes, or ask for less per subcollector"))
     return out
 
@@ -233,14 +233,3 @@ def _resource_path(spec: Spec, c: int) -> tuple:
 def _indices(items: Any) -> list[int]:
     items = items if isinstance(items, list) else [items]
     return [c for item in items for c in parse_task_item(item)]
-
-
-def _ranges(ids: list[int]) -> str:
-    parts, i = [], 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    return ", ".join(parts)

@@ -9,13 +9,14 @@ import gc
 import json
 from typing import Any
 
-from . import __version__, placement
+from . import placement
 from .assign import GROUP_ID_OFFSET, assign
 from .coverage import coverage
 from .errors import SpecError
 from .load import Source
 from .planfile import FORMAT, seal
 from .validate import Checked
+from .version import __version__
 
 __all__ = ["FORMAT", "compile_checked", "dumps", "preload_modules", "rows"]
 
@@ -115,6 +116,11 @@ def preload_modules(builder: str) -> list[str]:
     """What a forkserver imports once for its env workers; with GL held (:mod:`topo.gl`), none of it opens a
     GL display or a CUDA context on import."""
     return ["torch", "torchrl.envs", "topo.worker", builder.partition(":")[0]]
+
+
+def engine(plan: dict[str, Any]) -> str:
+    """Where a plan's subcollectors run: ``local`` processes, or ``ray`` actors."""
+    return (plan.get("placement") or {}).get("engine", "local")
 
 
 def rows(plan: dict[str, Any]):

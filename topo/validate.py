@@ -13,8 +13,8 @@ from typing import Any
 
 from . import placement, schema
 from .assign import task_list
-from .backends import Assignment, Backend, TaskCatalog, builtin_names, get_backend, is_factory_path
-from .diagnostics import Diagnostic, error, sort_key, warning
+from .backends import Assignment, Backend, TaskCatalog, builtin_names, get_backend
+from .diagnostics import Diagnostic, error, ids_text, sort_key, warning
 from .limits import MAX_SUBCOLLECTOR_IDS, MAX_TASK_IDS
 from .load import Source
 from .spec import Spec, from_data, parse_task_item
@@ -238,7 +238,7 @@ def _policy(spec: Spec) -> list[Diagnostic]:
         out.append(error("policy-weight-sync-with-server", "weight_sync chooses how subcollector copies receive weights; "
                          "with placement: server, weights go to the server", ("policy", "weight_sync"),
                          "remove weight_sync, or use placement: subcollector"))
-    engine = (spec.raw.get("placement") or {}).get("engine", "local")
+    engine = placement.engine(spec)
     if p.placement == "server" and engine != "local":
         out.append(error("policy-server-not-local", f"placement: server runs one inference server on this machine; "
                          f"placement.engine {engine!r} spreads subcollectors over nodes", ("policy", "placement"),
@@ -340,18 +340,18 @@ def _tasks(spec: Spec, catalog: TaskCatalog | None, backend: Backend | None) -> 
     if spec.tasks is not None:
         dup = sorted(t for t, n in Counter(spec.tasks).items() if n > 1)
         if dup:
-            out.append(warning("task-duplicate", f"task id(s) {_ids(dup)} listed more than once: they get more workers",
+            out.append(warning("task-duplicate", f"task id(s) {ids_text(dup)} listed more than once: they get more workers",
                                path, "list each task once"))
         if catalog is not None:
             unknown = sorted({t for t in spec.tasks if t not in catalog})
             if unknown:
-                out.append(error("task-unknown", f"task id(s) {_ids(unknown)} do not exist: {catalog.source or spec.backend} "
-                                 f"has {len(catalog.ids)} tasks, {_ids(catalog.ids)}", path,
-                                 f"use ids in {_ids(catalog.ids)}"))
+                out.append(error("task-unknown", f"task id(s) {ids_text(unknown)} do not exist: {catalog.source or spec.backend} "
+                                 f"has {len(catalog.ids)} tasks, {ids_text(catalog.ids)}", path,
+                                 f"use ids in {ids_text(catalog.ids)}"))
     for t in spec.instructions:
         if tasks and t not in tasks:
             out.append(warning("instruction-unused", f"an instruction is given for task {t}, which no worker runs",
-                               ("assignment", "instructions", t), f"tasks are {_ids(tasks)}"))
+                               ("assignment", "instructions", t), f"tasks are {ids_text(tasks)}"))
     if not tasks:
         return out
     g = spec.groups
@@ -363,13 +363,13 @@ def _tasks(spec: Spec, catalog: TaskCatalog | None, backend: Backend | None) -> 
         dropped = tasks[units:]
         out.append(error(
             "task-coverage",
-            f"{unit_name} cannot cover {n} tasks: tasks {_ids(dropped)} would get no worker",
+            f"{unit_name} cannot cover {n} tasks: tasks {ids_text(dropped)} would get no worker",
             path, f"use at least {n * (g.size if g.parallel_repeats else 1)} workers, or fewer tasks",
         ))
     elif units % n and not (g.parallel_repeats and any(m % g.size for m in spec.workers)):
         # (with groups that do not divide the workers, the group-size error says what to fix first)
         more = units % n
-        few = f"task {tasks[0]} gets" if more == 1 else f"tasks {_ids(tasks[:more])} get"
+        few = f"task {tasks[0]} gets" if more == 1 else f"tasks {ids_text(tasks[:more])} get"
         out.append(warning(
             "task-coverage-uneven",
             f"{unit_name} over {n} tasks is uneven ({units} % {n} = {more}): {few} "
@@ -398,8 +398,8 @@ def _blocks(spec: Spec, catalog: TaskCatalog | None, backend: Backend | None) ->
     for i, b in enumerate(spec.blocks):
         if catalog is not None and b.task not in catalog:
             out.append(error("task-unknown", f"task {b.task} does not exist: {catalog.source or spec.backend} "
-                             f"has {len(catalog.ids)} tasks, {_ids(catalog.ids)}", path + (i, "task"),
-                             f"use ids in {_ids(catalog.ids)}"))
+                             f"has {len(catalog.ids)} tasks, {ids_text(catalog.ids)}", path + (i, "task"),
+                             f"use ids in {ids_text(catalog.ids)}"))
         if g.parallel_repeats and b.workers % g.size:
             out.append(error("blocks-split-group", f"block {i} covers workers {start}-{start + b.workers - 1}, which splits "
                              f"a group of {g.size} ({b.workers} % {g.size} = {b.workers % g.size})",
@@ -416,7 +416,7 @@ def _init_states(spec: Spec, catalog: TaskCatalog | None) -> list[Diagnostic]:
     if not short:
         return []
     counts = sorted({catalog.init_states[t] for t in short})
-    return [error("init-state-unknown", f"init state id {spec.init_state_id} does not exist for task(s) {_ids(short)} "
+    return [error("init-state-unknown", f"init state id {spec.init_state_id} does not exist for task(s) {ids_text(short)} "
                   f"({'/'.join(map(str, counts))} init states, ids 0-{counts[0] - 1})",
                   ("assignment", "init_states", "id"), f"use an id below {counts[0]}")]
 
@@ -431,11 +431,11 @@ def _seeds(spec: Spec) -> list[Diagnostic]:
                              path + ("list",), "give exactly one seed per worker, or use base/strategy"))
         big = sorted(s for s in set(spec.seed_list) if s >= SEED_LIMIT)
         if big:
-            out.append(error("seed-overflow", f"seed(s) {_ids(big)} in seeds.list do not fit in 63 bits (2**63 = "
+            out.append(error("seed-overflow", f"seed(s) {ids_text(big)} in seeds.list do not fit in 63 bits (2**63 = "
                              f"{SEED_LIMIT})", path + ("list",), "use seeds below 2**63"))
         dup = sorted(s for s, n in Counter(spec.seed_list).items() if n > 1)
         if dup:
-            out.append(error("seeds-duplicate", f"seed(s) {_ids(dup)} appear more than once in seeds.list: "
+            out.append(error("seeds-duplicate", f"seed(s) {ids_text(dup)} appear more than once in seeds.list: "
                              "workers would share a random stream", path + ("list",), "make every seed distinct"))
         if "strategy" in seeds_raw or "base" in seeds_raw:
             out.append(error("seeds-list-and-strategy", "seeds.list replaces base/strategy; give one or the other",
@@ -488,7 +488,7 @@ def _schema_kwargs(spec: Spec, backend: Backend | None) -> list[Diagnostic]:
                 values.setdefault(key, {}).setdefault(repr(value), []).append(i)
         for key, by_value in sorted(values.items()):
             if len(by_value) > 1:
-                parts = "; ".join(f"{v} in block(s) {_ids(ix)}" for v, ix in by_value.items())
+                parts = "; ".join(f"{v} in block(s) {ids_text(ix)}" for v, ix in by_value.items())
                 members = [i for ix in by_value.values() for i in ix]
                 first_block = min((i for i in members if key in spec.blocks[i].kwargs), default=min(members))
                 out.append(error("schema-kwargs-differ", f"subcollector {c} mixes {key}: {parts}. Worker metadata needs "
@@ -555,18 +555,3 @@ def _render_devices(spec: Spec, backend: Backend | None) -> list[Diagnostic]:
                          "render_gpu_device_zero_fallback); CUDA ids are mapped to the EGL device showing them",
                          path + ("device_zero_fallback",), "set numbering: egl, or remove device_zero_fallback"))
     return out
-
-
-def _ids(ids) -> str:
-    """Compact ids: [0, 1, 2, 5] -> '0-2, 5'."""
-    ids = list(ids)
-    if not ids:
-        return "none"
-    parts, start, prev = [], ids[0], ids[0]
-    for x in ids[1:] + [None]:
-        if x is not None and isinstance(x, int) and isinstance(prev, int) and x == prev + 1:
-            prev = x
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        start = prev = x
-    return ", ".join(parts)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..diagnostics import Diagnostic, error
+from ..diagnostics import Diagnostic, error, ids_text
 from .base import Assignment, Backend, TaskCatalog
 
 STANDARD_SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90")
@@ -243,7 +243,7 @@ class LiberoBackend(Backend):
                                    ("libero-missing-init-states", "init states (.pruned_init.npz)", s.init_states)):
             missing = [i for i, t in enumerate(s.tasks) if not exists(t).is_file()]
             if missing:
-                out.append(error(code, f"suite {suite!r}: {what} missing for task ids {_ranges(missing)} "
+                out.append(error(code, f"suite {suite!r}: {what} missing for task ids {ids_text(missing)} "
                                        f"of {len(s.tasks)}", path + ("task_suite",),
                                  "run `libero-pro audit` to see which suites ship their resources; " + _listing()))
         return out
@@ -269,13 +269,3 @@ def _listing() -> str:
     standard = [name for name in STANDARD_SUITES if name in usable]
     others = [name for name in usable if name not in STANDARD_SUITES]
     return f"valid suites: {', '.join(standard)}" + (f"; also installed with all files: {', '.join(others)}" if others else "")
-
-
-def _ranges(ids: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
-    parts, start = [], ids[0]
-    for prev, cur in zip(ids, ids[1:] + [None]):
-        if cur != prev + 1:
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-            start = cur
-    return ", ".join(parts)

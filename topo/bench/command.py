@@ -27,7 +27,6 @@ from .modes import MODES
 def bench(spec, assignments, modes, repeats, cap, out_dir, batches, no_single):
     """Launch SPEC in each mode and compare startup: parent envs, real envs, time to ready and first batch."""
     from .. import compile_spec
-    from ..errors import TopoError
     from ..load import parse_assignments
     from ..plan import dumps
     from . import chart, compare, runs
@@ -37,11 +36,7 @@ def bench(spec, assignments, modes, repeats, cap, out_dir, batches, no_single):
     unknown = [m for m in chosen if m not in MODES]
     if unknown:
         raise click.BadParameter(f"unknown mode(s) {', '.join(unknown)}; modes: {', '.join(MODES)}", param_hint="--modes")
-    try:
-        plan = compile_spec(spec, parse_assignments(assignments))
-    except TopoError as err:
-        click.echo(err.format(), err=True)
-        sys.exit(err.exit_code)
+    plan = compile_spec(spec, parse_assignments(assignments))
     os.makedirs(os.path.join(out_dir, "plans"), exist_ok=True)
     paths = {}
     for mode in chosen:

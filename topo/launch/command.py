@@ -7,9 +7,6 @@ Importing this module imports neither torch nor torchrl.
 """
 from __future__ import annotations
 
-import signal
-import sys
-
 import click
 
 
@@ -34,10 +31,9 @@ def launch(source, batches, policy_factory, report_dir, quiet, startup_timeout, 
            spec_path, allow_edited_plan):
     """Launch SOURCE (a spec, or a plan written by `topo plan -o`) and collect a few batches."""
     from .. import gl
-    from ..errors import Interrupted, TopoError
 
     gl.hold()  # before torch: this process builds no env, so it opens no GL display (topo.gl)
-    run, error = None, None
+    run = None
     try:
         from ..load import parse_assignments
         from . import plans
@@ -54,12 +50,6 @@ def launch(source, batches, policy_factory, report_dir, quiet, startup_timeout, 
                 run.extra["batches_collected"] += 1
                 if run.extra["batches_collected"] >= batches:
                     break
-    except KeyboardInterrupt:
-        error = Interrupted(signal.SIGINT)
-    except TopoError as err:
-        error = err
-    if run is not None and run.report is not None and not quiet:
-        click.echo(str(run.report))
-    if error is not None:
-        click.echo(error.format(), err=True)
-        sys.exit(error.exit_code)
+    finally:  # the report first; the error (topo.cli's handler) after it
+        if run is not None and run.report is not None and not quiet:
+            click.echo(str(run.report))
