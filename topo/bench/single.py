@@ -1,13 +1,22 @@
-"""One worker alone, in a fresh process: imports, construction, first reset. The cost the limit is built on.
+"""One worker alone, in a fresh process, in phases: the costs every lower bound is built on.
 
-    python -m topo.bench.single PLAN.json   # prints {"imports_s", "construct_s", "reset_s"} as JSON
-The parent adds the process start by timing the whole subprocess.
+    python -m topo.bench.single PLAN.json   # prints {"start_s", "imports_s", "construct_s", "reset_s"} as JSON
+
+``start_s``: from the parent's ``Popen`` (its ``time.time()`` in ``TOPO_BENCH_T0``) to this module's first line:
+the interpreter's start. ``imports_s``: torch, torchrl.envs and the builder module, what a preloading forkserver
+imports once for all its workers. ``construct_s`` and ``reset_s``: what no worker can share.
 """
 from __future__ import annotations
 
-import json
-import sys
 import time
+
+STARTED = time.time()
+
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+T0_VAR = "TOPO_BENCH_T0"
 
 
 def main(plan_path: str) -> None:
@@ -29,7 +38,8 @@ def main(plan_path: str) -> None:
     env.reset()
     t3 = time.perf_counter()
     env.close()
-    print(json.dumps({"imports_s": t1 - t0, "construct_s": t2 - t1, "reset_s": t3 - t2}))
+    start = STARTED - float(os.environ[T0_VAR]) if T0_VAR in os.environ else None
+    print(json.dumps({"start_s": start, "imports_s": t1 - t0, "construct_s": t2 - t1, "reset_s": t3 - t2}))
 
 
 if __name__ == "__main__":
