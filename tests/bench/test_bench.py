@@ -105,19 +105,25 @@ def test_comparison_ratios_and_costs_from_single_workers():
         {"mode": "workers/cold", "round": 1, "exit_code": 0, "peak_rss_gb": 1.0,
          "summary": {**summary, "timings_s": {"all_ready": 25.0, "first_batch": 26.0}}},
     ]
-    singles = [{"wall_s": 9.0, "start_s": 0.5, "imports_s": 3.5, "construct_s": 2.0, "reset_s": 1.0, "cold": False},
-               {"wall_s": 12.0, "start_s": 0.5, "imports_s": 3.5, "construct_s": 5.0, "reset_s": 1.0, "cold": True}]
+    # construction: 2 s of wall time, 3 s of CPU (a software renderer's threads): the work counts CPU seconds
+    singles = [{"wall_s": 9.0, "start_s": 0.5, "imports_s": 3.5, "construct_s": 2.0, "reset_s": 1.0, "cold": False,
+                "start_cpu_s": 0.5, "imports_cpu_s": 3.5, "construct_cpu_s": 3.0, "reset_cpu_s": 1.0},
+               {"wall_s": 12.0, "start_s": 0.5, "imports_s": 3.5, "construct_s": 5.0, "reset_s": 1.0, "cold": True,
+                "start_cpu_s": 0.5, "imports_cpu_s": 3.5, "construct_cpu_s": 6.0, "reset_cpu_s": 1.0}]
     result = compare.comparison(runs, singles, compare.Shape(4, 2, 2), cores=2,
                                 labels=["legacy", "workers", "workers/cold"], model_cache=True)
-    assert result["costs_s"] == {"shared": 4.0, "construct": 2.0, "reset": 1.0, "compile": 3.0}
+    assert result["costs_s"] == {"shared": 4.0, "construct": 2.0, "reset": 1.0, "compile": 3.0, "cpu": {
+        "shared": 4.0, "construct": 3.0, "reset": 1.0, "compile": 3.0, "cpu": None}}
     assert result["single_worker"]["warm"]["unshared_s"]["median"] == 3.0
     workers = result["modes"]["workers"]
     assert workers["ok"] == 1 and workers["all_ready_s"]["median"] == 20.0 and workers["model_cache"] == "warm"
-    assert workers["lower_bound"]["s"] == 18.0  # 6 importing processes x 4 s + 4 x 3 s = 36 s of work on 2 cores
-    assert workers["ratio_to_lower_bound"] == round(20.0 / 18.0, 3)
+    # 6 importing processes x 4 s + 4 workers x (3 + 1) s = 40 CPU seconds on 2 cores; the chain: 4 + 4 + 2 + 1 s
+    assert workers["lower_bound"] == {"s": 20.0, "chain_s": 11.0, "work_s": 40.0, "importing_processes": 6,
+                                      "parent_envs": 0}
+    assert workers["ratio_to_lower_bound"] == 1.0
     assert workers["speedup_vs_legacy_median"] == 2.0  # round 2 failed: not paired
-    assert workers["speedup_at_lower_bound"] == round(35.0 / 18.0, 3)  # legacy's median ready over the bound
-    assert result["modes"]["workers/cold"]["lower_bound"]["s"] == 19.5  # one compile more: 39 s of work
+    assert workers["speedup_at_lower_bound"] == 1.75  # legacy's median ready, 35 s, over the bound
+    assert result["modes"]["workers/cold"]["lower_bound"]["s"] == 21.5  # one compile more: 43 s of work
     assert result["modes"]["workers/cold"]["model_cache"] == "cold"
     assert result["rounds"][1]["workers"]["speedup_vs_legacy"] is None
     assert result["startup_chain_s"]["median"] == 5.0
@@ -126,7 +132,7 @@ def test_comparison_ratios_and_costs_from_single_workers():
     assert "| workers | 5.0 | - | - | 20.0 |" in compare.phases(result)
     text = compare.table(result)
     assert "start + imports 4.0 s" in text and "a cold cache adds one compile, 3.0 s" in text
-    assert any(line.startswith("workers ") and line.split()[-3:] == ["18.0", "s", "1.11"] for line in text.splitlines())
+    assert any(line.startswith("workers ") and line.split()[-3:] == ["20.0", "s", "1.00"] for line in text.splitlines())
 
 
 def test_sweep_fit_and_parse():

@@ -149,7 +149,7 @@ def _costs(singles):
     from .compare import costs_of
 
     costs = costs_of(singles)
-    return None if costs is None else vars(costs)
+    return None if costs is None else costs.as_dict()
 
 
 def _write(path: str, data) -> None:

@@ -10,7 +10,8 @@ the others wait for it). Per mode, with N workers in S subcollectors (at most M 
   ``forkserver``: each worker imports), S servers (``forkserver-preload``) or none (``fork``);
 - parent envs: N (``legacy``), S (``homogeneous``), else 0, each one construction, M (or 1) of them one
   after another in a subcollector before its workers start;
-- work = importing processes x shared + N x (construct + reset) + parent envs x construct (+ compile);
+- work = importing processes x shared + N x (construct + reset) + parent envs x construct (+ compile), in
+  CPU seconds (a software renderer may spread one worker's phase over several cores);
 - chain = shared (a subcollector) + its serial parent envs x construct + shared (the worker's own
   imports, or its server's; none when forked) + construct + reset (+ compile);
 - bound = max(chain, work / cores); ``capped`` also at least N x construct / cap (constructions hold a slot).
@@ -48,12 +49,18 @@ class Shape:
 
 @dataclass(frozen=True)
 class Costs:
-    """One worker alone, medians in seconds (see the module)."""
+    """One worker alone, medians in seconds (see the module); ``cpu``: the same phases in CPU seconds of all
+    the process's threads, what the work counts (None: as the wall times)."""
 
     shared: float
     construct: float
     reset: float
     compile: float = 0.0
+    cpu: "Costs | None" = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: round(v, 3) for k, v in vars(self).items() if k != "cpu"}
+        return {**out, "cpu": None if self.cpu is None else self.cpu.as_dict()}
 
 
 def split_mode(label: str) -> tuple[str, bool]:
@@ -68,14 +75,14 @@ def lower_bound(mode: str, shape: Shape, costs: Costs, cores: int, *, cold: bool
     importers = s + {"fork": 0, "forkserver-preload": s}.get(mode, n)
     parents = {"legacy": n, "homogeneous": s}.get(mode, 0)
     serial = {"legacy": shape.most_per_subcollector, "homogeneous": 1}.get(mode, 0)
-    compile_s = costs.compile if cold else 0.0
-    worker = costs.construct + costs.reset
-    work = importers * costs.shared + n * worker + parents * costs.construct + compile_s
-    chain = (costs.shared + serial * costs.construct + (0.0 if mode == "fork" else costs.shared) + worker
-             + compile_s)
+    cpu = costs.cpu or costs
+    work = (importers * cpu.shared + n * (cpu.construct + cpu.reset) + parents * cpu.construct
+            + (cpu.compile if cold else 0.0))
+    chain = (costs.shared + serial * costs.construct + (0.0 if mode == "fork" else costs.shared) + costs.construct
+             + costs.reset + (costs.compile if cold else 0.0))
     bound = max(chain, work / max(cores, 1))
     if mode == "capped" and cap:
-        bound = max(bound, n * costs.construct / cap)
+        bound = max(bound, n * cpu.construct / cap)
     return {"s": round(bound, 3), "chain_s": round(chain, 3), "work_s": round(work, 3),
             "importing_processes": importers, "parent_envs": parents}
 
@@ -89,11 +96,13 @@ def spread(values: list[float | None]) -> dict[str, float] | None:
 
 
 def single_phases(singles: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Spreads of one worker's phases, with ``shared_s`` (start + imports) and ``unshared_s`` (construct + reset)."""
+    """Spreads of one worker's phases (wall and CPU seconds), with ``shared_s`` (start + imports) and
+    ``unshared_s`` (construct + reset)."""
     if not singles:
         return None
-    out = {key: spread([s.get(key) for s in singles])
-           for key in ("wall_s", "start_s", "imports_s", "construct_s", "reset_s")}
+    out = {key: spread([s.get(key) for s in singles]) for key in
+           ("wall_s", "start_s", "imports_s", "construct_s", "reset_s", "start_cpu_s", "imports_cpu_s",
+            "construct_cpu_s", "reset_cpu_s")}
     out["shared_s"] = spread([(s.get("start_s") or 0.0) + s["imports_s"] for s in singles])
     out["unshared_s"] = spread([s["construct_s"] + s["reset_s"] for s in singles])
     return out
@@ -105,8 +114,18 @@ def costs_of(singles: list[dict[str, Any]]) -> Costs | None:
     if warm is None:
         return None
     cold = single_phases([s for s in singles if s.get("cold")])
-    compile_s = max(0.0, cold["construct_s"]["median"] - warm["construct_s"]["median"]) if cold else 0.0
-    return Costs(warm["shared_s"]["median"], warm["construct_s"]["median"], warm["reset_s"]["median"], compile_s)
+
+    def costs(cpu: str):
+        if any(warm[f"{p}{cpu}_s"] is None for p in ("start", "imports", "construct", "reset")):
+            return None
+        m = {p: warm[f"{p}{cpu}_s"]["median"] for p in ("start", "imports", "construct", "reset")}
+        extra = max(0.0, cold[f"construct{cpu}_s"]["median"] - m["construct"]) if cold else 0.0
+        return m["start"] + m["imports"], m["construct"], m["reset"], extra
+
+    wall = costs("") or (warm["shared_s"]["median"], warm["construct_s"]["median"], warm["reset_s"]["median"],
+                         max(0.0, cold["construct_s"]["median"] - warm["construct_s"]["median"]) if cold else 0.0)
+    cpu = costs("_cpu")
+    return Costs(*wall, cpu=None if cpu is None else Costs(*cpu))
 
 
 def comparison(runs: list[dict[str, Any]], singles: list[dict[str, Any]], shape: Shape, cores: int,
@@ -161,7 +180,7 @@ def comparison(runs: list[dict[str, Any]], singles: list[dict[str, Any]], shape:
     return {"workers": shape.workers, "subcollectors": shape.subcollectors, "cores": cores,
             "single_worker": {"warm": single_phases([s for s in singles if not s.get("cold")]),
                               "cold": single_phases([s for s in singles if s.get("cold")])},
-            "costs_s": None if costs is None else vars(costs),
+            "costs_s": None if costs is None else costs.as_dict(),
             "startup_chain_s": spread([_t(r, "subcollectors_up") for r in runs]),
             "modes": per_mode, "rounds": per_round}
 
