@@ -199,7 +199,8 @@ def test_bench_sweep_fits_time_to_ready_over_workers(tmp_path):
     assert result["variable"] == "workers" and result["values"] == ["1", "3"]
     assert list(result["modes"]) == ["forkserver-preload"]  # a sweep runs topo's default mode unless told
     mode = result["modes"]["forkserver-preload"]
-    assert [(p["value"], p["workers"], p["runs"]) for p in mode["points"]] == [("1", 1, 1), ("3", 3, 1)]
+    assert [(p["value"], p["workers"], p["runs"], len(p["ready_s"])) for p in mode["points"]] == [("1", 1, 1, 1),
+                                                                                                  ("3", 3, 1, 1)]
     assert mode["fit"]["points"] == 2 and mode["fit"]["r2"] == 1.0  # two runs: the line goes through both
     assert all(p["lower_bound_s"] > 0 for p in mode["points"]) and mode["bound_slope_s_per_worker"] > 0
     assert result["costs_s"]["shared"] > result["costs_s"]["construct"]  # a toy worker is nearly all imports

@@ -42,7 +42,8 @@ def draw(result: dict[str, Any], path: str, title: str) -> str:
     labels = []
     for mode in modes:
         parent = parent_envs(result["modes"][mode]["constructions"])
-        labels.append(f"{mode.replace('/', chr(10))}\n{parent} parent envs")
+        name = mode.replace("/cold", "\ncold cache")
+        labels.append(f"{name}\n{parent} parent envs")
     ax.set_xticks(range(len(modes)), labels, fontsize=8)
     ax.set_ylabel("seconds from launch")
     ax.set_title(title, fontsize=10)
@@ -53,17 +54,15 @@ def draw(result: dict[str, Any], path: str, title: str) -> str:
     return path
 
 
-def draw_sweep(sweep: dict[str, Any], runs: list[dict[str, Any]], path: str, title: str) -> str:
+def draw_sweep(sweep: dict[str, Any], path: str, title: str) -> str:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.4), dpi=110)
     colors = ["#4878a8", "#e0a040", "#50a060", "#a04890", "#707070", "#c05040", "#40a0b0"]
     for k, (label, m) in enumerate(sweep.items()):
         color = colors[k % len(colors)]
-        workers = {p["value"]: p["workers"] for p in m["points"]}
-        done = [(workers[r["value"]], r["summary"]["timings_s"]["all_ready"]) for r in runs
-                if r["mode"] == label and r["exit_code"] == 0 and r["summary"]]
+        done = [(p["workers"], t) for p in m["points"] for t in p["ready_s"]]
         ax.scatter([x for x, _ in done], [y for _, y in done], s=14, color=color, alpha=0.7)
-        xs = sorted(workers.values())
+        xs = sorted(p["workers"] for p in m["points"])
         f = m["fit"]
         if f:
             ax.plot(xs, [f["intercept_s"] + f["slope_s_per_worker"] * x for x in xs], color=color,

@@ -126,9 +126,9 @@ def bench(spec, assignments, modes, repeats, cap, cache, sweep, out_dir, batches
         fitted = sweeps.result(results, shapes, compare.costs_of(singles), cores, labels, cap)
         out = {"variable": variable, "values": values, "cores": cores, "costs_s": _costs(singles), "modes": fitted, **common}
         _write(os.path.join(out_dir, "sweep.json"), out)
-        chart.draw_sweep(fitted, results, os.path.join(out_dir, "sweep.png"),
-                         f"{first['name']}: time to ready vs workers ({variable}={','.join(values)}), {repeats} round(s), "
-                         f"{cores} cores")
+        chart.draw_sweep(fitted, os.path.join(out_dir, "sweep.png"),
+                         f"{os.path.basename(spec)}: time to ready vs workers ({variable}={','.join(values)}), "
+                         f"{repeats} round(s), {cores} cores")
         click.echo(sweeps.table(fitted, variable))
     else:
         shape = compare.Shape.of(first)
@@ -136,7 +136,8 @@ def bench(spec, assignments, modes, repeats, cap, cache, sweep, out_dir, batches
         result.update(shape=f"{shape.subcollectors}x{shape.most_per_subcollector}", **common)
         _write(os.path.join(out_dir, "comparison.json"), result)
         chart.draw(result, os.path.join(out_dir, "startup.png"),
-                   f"{first['name']}: {result['shape']} ({shape.workers} workers), {repeats} round(s), {cores} cores")
+                   f"{first['name']}: {result['shape']} ({shape.workers} workers), {repeats} round(s), {cores} cores"
+                   + (f", model cache {cache}" if cached else ""))
         click.echo(compare.table(result))
         click.echo("\nwhere startup goes (median seconds since launch):\n" + compare.phases(result))
     failed = [f"r{run['round']}-{run['mode']} (exit {run['exit_code']})" for run in results if run["exit_code"] != 0]

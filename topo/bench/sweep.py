@@ -42,7 +42,8 @@ def result(runs: list[dict[str, Any]], shapes: dict[str, Shape], costs: Costs | 
             times = [r["summary"]["timings_s"]["all_ready"] for r in mine if r["exit_code"] == 0 and r["summary"]]
             ready += [(shape.workers, t) for t in times if t is not None]
             bound = lower_bound(mode, shape, costs, cores, cold=cold, cap=cap)["s"] if costs else None
-            points.append({"value": value, "workers": shape.workers, "runs": len(mine), "all_ready_s": spread(times),
+            points.append({"value": value, "workers": shape.workers, "runs": len(mine), "ready_s": times,
+                           "all_ready_s": spread(times),
                            "first_batch_s": spread([r["summary"]["timings_s"].get("first_batch")
                                                     for r in mine if r["exit_code"] == 0 and r["summary"]]),
                            "lower_bound_s": bound})
@@ -61,7 +62,7 @@ def _bound_slope(mode: str, shape: Shape, costs: Costs | None, cores: int) -> fl
 
 
 def table(sweep: dict[str, Any], variable: str) -> str:
-    lines = [f"{'mode':<24} {variable:>10} {'workers':>7} {'all ready':>16} {'bound':>7}"]
+    lines = [f"{'mode':<24} {variable + ' =':>10} {'workers':>7} {'all ready':>16} {'bound':>7}"]
     for label, m in sweep.items():
         for p in m["points"]:
             ready = p["all_ready_s"]
