@@ -146,5 +146,5 @@ assignment:
         "init_state_mode": "cycle", "init_state_id": 0, "group_repeats": 2, "group_id_offset": 1_000_000,
         "group_id_mode": "init_state", "camera_height": 64, "camera_width": 64, "max_episode_steps": 512,
         "env_kwargs": {"hard_reset": False},
-        "options": {"model_cache": True, "skip_unread_renders": True, "reset_gripper": True},
+        "options": {"model_cache": True, "skip_unread_renders": True, "reset_gripper": True, "fixtures_by_init_state": True},
     }

@@ -33,6 +33,7 @@ OPTIONS = {
                     "true, false or a directory"),
     "skip_unread_renders": (True, lambda v: isinstance(v, bool), "true or false"),
     "reset_gripper": (True, lambda v: isinstance(v, bool), "true or false"),
+    "fixtures_by_init_state": (True, lambda v: isinstance(v, bool), "true or false"),
 }
 
 
