@@ -36,6 +36,14 @@ class Group(click.Group):
     def list_commands(self, ctx):
         return sorted(set(super().list_commands(ctx)) | set(LAZY_COMMANDS))
 
+    def format_epilog(self, ctx, formatter):
+        """The backends a spec may name here: built in, plug-ins found (``topo.backends`` entry points)."""
+        from .backends import available
+
+        with formatter.section("Backends"):
+            formatter.write_dl([(name, where) for name, where in sorted(available().items())]
+                               + [("package.module:callable", "your own factory")])
+
     def get_command(self, ctx, name):
         if name in LAZY_COMMANDS:
             module, _, attr = LAZY_COMMANDS[name].partition(":")

@@ -13,7 +13,7 @@ from typing import Any
 
 from . import placement, schema
 from .assign import task_list
-from .backends import Assignment, Backend, TaskCatalog, builtin_names, get_backend
+from .backends import Assignment, Backend, PluginError, TaskCatalog, get_backend, names
 from .diagnostics import Diagnostic, error, ids_text, sort_key, warning
 from .limits import MAX_SUBCOLLECTOR_IDS, MAX_TASK_IDS
 from .load import Source
@@ -142,7 +142,7 @@ def _backend_alone(data: dict) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     backend = _backend(env["backend"], out)
     if backend is not None:
-        out += backend.check(kwargs, ("env", "kwargs"))
+        out += backend.check_kwargs(kwargs, ("env", "kwargs"))
         if isinstance(env.get("options"), dict):
             out += backend.check_options(env["options"], ("env", "options"))
     return out
@@ -182,12 +182,12 @@ def _rules(spec: Spec) -> tuple[Backend | None, TaskCatalog | None, list[Diagnos
     backend = _backend(spec.backend, out)
     catalog = None
     if backend is not None:
-        out += backend.check(spec.env_kwargs, ("env", "kwargs"))
+        out += backend.check_kwargs(spec.env_kwargs, ("env", "kwargs"))
         out += backend.check_options(spec.env_options, ("env", "options"))
         for i, block in enumerate(spec.blocks or ()):
             # a block's kwargs go through the same checks; keep what is about its own keys
             where = ("assignment", "blocks", i, "kwargs")
-            out += [d for d in backend.check({**spec.env_kwargs, **block.kwargs}, where)
+            out += [d for d in backend.check_kwargs({**spec.env_kwargs, **block.kwargs}, where)
                     if d.path[:len(where)] == where and len(d.path) > len(where) and d.path[len(where)] in block.kwargs]
         if not any(d.is_error for d in out):
             catalog = backend.catalog(spec.env_kwargs)
@@ -208,10 +208,14 @@ def _rules(spec: Spec) -> tuple[Backend | None, TaskCatalog | None, list[Diagnos
 def _backend(name: str, out: list[Diagnostic]) -> Backend | None:
     try:
         return get_backend(name)
+    except PluginError as exc:
+        out.append(error("backend-plugin-broken", f"plug-in backend {name!r}: {exc}", ("env", "backend"),
+                         "fix or reinstall the package that provides it (`topo --help` lists the backends found)"))
     except KeyError:
-        close = difflib.get_close_matches(name, builtin_names(), n=1)
+        known = names()
+        close = difflib.get_close_matches(name, known, n=1)
         hint = f"did you mean {close[0]!r}?" if close else (
-            f"use one of {', '.join(builtin_names())}, or a factory 'package.module:callable'")
+            f"use one of {', '.join(known)}, a plug-in's name, or a factory 'package.module:callable'")
         out.append(error("backend-unknown", f"unknown backend {name!r}", ("env", "backend"), hint))
     except ImportError as exc:
         out.append(error("backend-unavailable", f"backend {name!r} cannot be loaded: {exc}", ("env", "backend"),

@@ -60,7 +60,7 @@ def test_suite_whose_files_are_not_installed():
 
 @needs_libero
 def test_unknown_reserved_and_mistyped_kwargs():
-    found = get_backend("libero").check(
+    found = get_backend("libero").check_kwargs(
         {**SHARED, "camera_heigth": 64, "task_id": 3, "camera_width": "64", "env_kwargs": {"render_gpu_device_id": 1}},
         PATH)
     by_code = {d.code: d for d in found}

@@ -3,9 +3,9 @@ against the plan.
 
 :func:`hook` is the ``post_collect_hook`` topo gives the collector: it runs inside each subcollector on
 each of its batches and replaces that subcollector's ``observed/`` record (so attribution is exact, in
-sync and async mode alike). :func:`check` is pure and runs in the trainer. ``language_instruction``,
-``group_id`` and ``policy_version`` are what ToyVLAEnv, LiberoEnv and topo's policies emit; a backend
-without them (gym) leaves nothing to check.
+sync and async mode alike). :func:`check` is pure and runs in the trainer. The batch keys that show a
+worker's instruction and group are its backend's (:attr:`topo.backends.Backend.batch_keys`), and
+``policy_version`` is what topo's policies emit; a backend without such keys (gym) leaves nothing to check.
 """
 from __future__ import annotations
 
@@ -19,9 +19,15 @@ from ..rundir import RunDir
 _here: dict[str, Any] = {}  # in a subcollector process: its index and its batch count
 
 
-def set_subcollector(index: int) -> None:
-    """Called by the subcollector's env factory: the index :func:`hook` reports under."""
-    _here.update(index=index, batches=0, first=None, first_time=None)
+def set_subcollector(index: int, backend: str | None) -> None:
+    """Called by the subcollector's env factory: the index :func:`hook` reports under, and its backend's batch keys."""
+    from ..backends import BatchKeys, get_backend
+
+    try:
+        keys = get_backend(backend).batch_keys if backend else BatchKeys()
+    except LookupError:
+        keys = BatchKeys()
+    _here.update(index=index, keys=keys, batches=0, first=None, first_time=None)
 
 
 def hook(batch: Any, user_hook: Callable | None = None) -> None:
@@ -30,7 +36,7 @@ def hook(batch: Any, user_hook: Callable | None = None) -> None:
     if run is not None and "index" in _here:
         _here["batches"] += 1
         if _here["first"] is None:
-            _here.update(first=[_worker(batch[w]) for w in range(batch.shape[0])], first_time=time.time())
+            _here.update(first=[_worker(batch[w], _here["keys"]) for w in range(batch.shape[0])], first_time=time.time())
         versions = batch.get("policy_version", None)
         run.put("observed", f"sub{_here['index']}", subcollector=_here["index"], batches=_here["batches"],
                 first=_here["first"], first_time=_here["first_time"],
@@ -43,12 +49,12 @@ def hook_with(user_hook: Callable | None) -> Callable:
     return functools.partial(hook, user_hook=user_hook) if user_hook is not None else hook
 
 
-def _worker(td: Any) -> dict:
+def _worker(td: Any, keys: Any) -> dict:
     seen: dict[str, list] = {}
-    instructions = td.get("language_instruction", None)
+    instructions = td.get(keys.instruction, None) if keys.instruction else None
     if instructions is not None:
         seen["instructions"] = sorted(set(_flatten(instructions.tolist())))
-    group_ids = td.get("group_id", None)
+    group_ids = td.get(keys.group, None) if keys.group else None
     if group_ids is not None:
         seen["groups"] = sorted({int(g) // GROUP_BLOCK for g in group_ids.flatten().tolist()})
     return seen
