@@ -233,12 +233,11 @@ def _policy(spec: Spec) -> list[Diagnostic]:
     if not found:
         out.append(error("policy-factory-not-found", f"module {module!r} of policy factory {p.factory!r} is not importable",
                          ("policy", "factory"), "put its folder on PYTHONPATH, or install its package"))
-    written = spec.raw["policy"]
-    if p.placement == "server" and "weight_sync" in written:
+    if p.placement == "server" and spec.wrote("policy", "weight_sync"):
         out.append(error("policy-weight-sync-with-server", "weight_sync chooses how subcollector copies receive weights; "
                          "with placement: server, weights go to the server", ("policy", "weight_sync"),
                          "remove weight_sync, or use placement: subcollector"))
-    engine = placement.engine(spec)
+    engine = spec.placement.engine
     if p.placement == "server" and engine != "local":
         out.append(error("policy-server-not-local", f"placement: server runs one inference server on this machine; "
                          f"placement.engine {engine!r} spreads subcollectors over nodes", ("policy", "placement"),
@@ -248,11 +247,10 @@ def _policy(spec: Spec) -> list[Diagnostic]:
 
 def _topology(spec: Spec) -> list[Diagnostic]:
     out = []
-    wps = spec.raw["topology"]["workers_per_subcollector"]
-    if isinstance(wps, list) and len(wps) != spec.subcollectors:
+    if spec.workers_listed and len(spec.workers) != spec.subcollectors:
         out.append(error(
             "workers-list-length",
-            f"workers_per_subcollector lists {len(wps)} subcollector(s) but subcollectors is {spec.subcollectors}",
+            f"workers_per_subcollector lists {len(spec.workers)} subcollector(s) but subcollectors is {spec.subcollectors}",
             ("topology", "workers_per_subcollector"),
             f"give {spec.subcollectors} numbers, or one number for all",
         ))
@@ -267,8 +265,7 @@ def _topology(spec: Spec) -> list[Diagnostic]:
 
 
 def _per_sub_path(spec: Spec, c: int) -> tuple:
-    wps = spec.raw["topology"]["workers_per_subcollector"]
-    return ("topology", "workers_per_subcollector", c) if isinstance(wps, list) else ("topology", "workers_per_subcollector")
+    return ("topology", "workers_per_subcollector", c) if spec.workers_listed else ("topology", "workers_per_subcollector")
 
 
 def _groups(spec: Spec) -> list[Diagnostic]:
@@ -307,7 +304,7 @@ def _groups(spec: Spec) -> list[Diagnostic]:
             "random-init-with-parallel-groups",
             "init_states.mode 'random' with parallel_repeats: workers sharing a group id would start from "
             "different init states",
-            ("assignment", "init_states", "mode") if "init_states" in (spec.raw.get("assignment") or {}) else base,
+            ("assignment", "init_states", "mode") if spec.wrote("assignment", "init_states") else base,
             "use init_states.mode: cycle (or fixed)",
         ))
     return out
@@ -315,22 +312,20 @@ def _groups(spec: Spec) -> list[Diagnostic]:
 
 def _tasks(spec: Spec, catalog: TaskCatalog | None, backend: Backend | None) -> list[Diagnostic]:
     out = []
-    assign = spec.raw.get("assignment") or {}
     if spec.blocks is not None:
         out += _blocks(spec, catalog, backend)
-        if "tasks" in assign:
+        if spec.wrote("assignment", "tasks"):
             out.append(error("tasks-and-blocks", "give either tasks or blocks, not both",
                              ("assignment", "blocks"), "blocks lay out workers explicitly; remove tasks"))
         return out
     tasks = task_list(spec, catalog)
     path = ("assignment", "tasks")
-    raw = assign.get("tasks")
-    for i, item in enumerate(raw if isinstance(raw, list) else [raw]):
+    for i, item in enumerate(spec.task_items):
         if isinstance(item, str) and item != "all" and not parse_task_item(item):
             lo, _, hi = (part.strip() for part in item.partition("-"))
             out.append(error("task-range-empty", f"task range {item!r} is empty ({lo} > {hi})",
-                             path + (i,) if isinstance(raw, list) else path, f"write it {hi}-{lo}"))
-    if raw is None and catalog is not None:
+                             path + (i,) if spec.tasks_listed else path, f"write it {hi}-{lo}"))
+    if not spec.wrote("assignment", "tasks") and catalog is not None:
         out.append(error("tasks-missing", f"backend {spec.backend!r} runs one of its {len(catalog.ids)} tasks in each "
                          "worker, but the spec assigns none", ("assignment",),
                          f"add assignment.tasks: all (or ids such as 0-{len(catalog.ids) - 1}), or assignment.blocks"))
@@ -424,7 +419,6 @@ def _init_states(spec: Spec, catalog: TaskCatalog | None) -> list[Diagnostic]:
 def _seeds(spec: Spec) -> list[Diagnostic]:
     out = []
     path = ("assignment", "seeds")
-    seeds_raw = (spec.raw.get("assignment") or {}).get("seeds") or {}
     if spec.seed_list is not None:
         if len(spec.seed_list) != spec.total_workers:
             out.append(error("seeds-list-length", f"seeds.list has {len(spec.seed_list)} seeds for {spec.total_workers} workers",
@@ -437,7 +431,7 @@ def _seeds(spec: Spec) -> list[Diagnostic]:
         if dup:
             out.append(error("seeds-duplicate", f"seed(s) {ids_text(dup)} appear more than once in seeds.list: "
                              "workers would share a random stream", path + ("list",), "make every seed distinct"))
-        if "strategy" in seeds_raw or "base" in seeds_raw:
+        if spec.wrote(*path, "strategy") or spec.wrote(*path, "base"):
             out.append(error("seeds-list-and-strategy", "seeds.list replaces base/strategy; give one or the other",
                              path, "remove base/strategy, or remove list"))
     elif spec.seed_strategy == "offset" and spec.seed_base + spec.total_workers > SEED_LIMIT:
@@ -459,8 +453,7 @@ def _start_methods(spec: Spec, backend: Backend | None) -> list[Diagnostic]:
                            "or CUDA state that other code there may hold", ("topology", "start_method", "workers"),
                            "forkserver (the default) starts every worker clean, for one more import per subcollector; "
                            "measure both on your node: topo bench SPEC --modes forkserver-preload,fork"))
-    written = (spec.raw["topology"].get("start_method") or {})
-    if written.get("preload") and spec.start_workers != "forkserver":
+    if spec.wrote("topology", "start_method", "preload") and spec.preload and spec.start_workers != "forkserver":
         out.append(warning("preload-unused", f"preload only applies to forkserver env workers, not {spec.start_workers!r}",
                            ("topology", "start_method", "preload"), "remove preload, or use workers: forkserver"))
     return out
@@ -536,11 +529,10 @@ def _launch(spec: Spec, backend: Backend | None) -> list[Diagnostic]:
 def _render_devices(spec: Spec, backend: Backend | None) -> list[Diagnostic]:
     """render_gpus or render_devices: one of them, a numbering the backend's builder resolves, and a fallback
     only where it means something."""
-    assign = spec.raw.get("assignment") or {}
-    devices = assign.get("render_devices")
+    devices = spec.wrote("assignment", "render_devices")
     path = ("assignment", "render_devices") if devices else ("assignment", "render_gpus")
     out = []
-    if devices and assign.get("render_gpus"):
+    if devices and spec.wrote("assignment", "render_gpus"):
         out.append(error("render-devices-twice", "render_gpus and render_devices both name the render devices", path,
                          "keep one: render_gpus: [0, 1] is render_devices: {ids: [0, 1], numbering: cuda}"))
     if spec.render_gpus and backend is not None and not backend.uses_gl(spec.env_kwargs):
