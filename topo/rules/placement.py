@@ -26,6 +26,8 @@ def placement(spec: Spec, ctx: Context) -> list[Diagnostic]:
             out.append(error("placement-unknown-subcollector", f"override {i} names subcollector(s) {bad}, but there are "
                              f"{spec.subcollectors} (0-{spec.subcollectors - 1})", path + ("overrides", i, "subcollectors"),
                              f"use indices 0-{spec.subcollectors - 1}"))
+    if len(spec.workers) < spec.subcollectors:
+        return out  # workers-list-length: some subcollectors have no worker count to check against
     requests = resources(spec)
     kinds = spec.placement.nodes
     found: dict[tuple, list[int]] = {}  # the same problem in several subcollectors is one diagnostic
