@@ -49,13 +49,15 @@ class Request:
 
 @dataclass(frozen=True)
 class Override:
+    """One entry of placement.overrides: the subcollectors it names and what they ask for instead."""
+
     subcollectors: tuple[int, ...]  # the indices its items name, in order
     resources: Request
 
 
 @dataclass(frozen=True)
 class Node:
-    """A kind of cluster node declared in placement.nodes; None: not declared."""
+    """A kind of cluster node declared in placement.nodes (a resource None: not declared)."""
 
     name: str
     count: int = 1
