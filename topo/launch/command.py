@@ -37,10 +37,11 @@ def launch(source, batches, policy_factory, report_dir, quiet, startup_timeout, 
     try:
         from ..load import parse_assignments
         from . import plans
-        from .session import Run
 
         plan = plans.resolve(source, parse_assignments(assignments), spec_path, allow_edited=allow_edited_plan,
                              quiet=quiet)
+        from .session import Run  # torch: only for a plan that runs
+
         run = Run(plan, policy_factory=policy_factory, report_dir=report_dir, progress=not quiet,
                   progress_while_collecting=True, startup_timeout=startup_timeout,
                   max_concurrent_starts=max_concurrent_starts, process_logs=True)
