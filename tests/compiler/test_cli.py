@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from topo.cli import main
 
-from compiler_helpers import EXAMPLES
+from tests.compiler.compiler_helpers import EXAMPLES
 
 SPEC_5X64 = EXAMPLES / "libero_spatial_5x64.yaml"
 TOY = EXAMPLES / "toy_2x3.yaml"

@@ -18,9 +18,9 @@ from topo.load import parse
 from topo.plan import dumps
 from topo.planfile import MAX_REPORTED, digest, seal
 
-from compiler_helpers import EXAMPLES
-from hostile_inputs import HEAD, argv, environment
-from hostile_inputs import Case
+from tests.compiler.compiler_helpers import EXAMPLES
+from tests.compiler.hostile_inputs import HEAD, argv, environment
+from tests.compiler.hostile_inputs import Case
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler_helpers import (EXAMPLES, GOAL, GROUP_ID_OFFSET, LIBERO_10_TASK_0, SPATIAL, assert_layout,
+from tests.compiler.compiler_helpers import (EXAMPLES, GOAL, GROUP_ID_OFFSET, LIBERO_10_TASK_0, SPATIAL, assert_layout,
                               compile_dict, libero, rows, toy)
 
 import topo

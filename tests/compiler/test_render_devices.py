@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from compiler_helpers import codes, compile_dict, libero, rows
+from tests.compiler.compiler_helpers import codes, compile_dict, libero, rows
 
 import topo.doctor as doctor
 from topo.doctor import FAIL, OK, WARN, check_devices, check_numbering

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from launch_helpers import LAUNCH_LIMITS, launch, subprocess_env, write
-from test_launch import assert_clean_launch
+from tests.launch.launch_helpers import LAUNCH_LIMITS, assert_clean_launch, launch, subprocess_env, write
 
 PLUGIN = Path(__file__).resolve().parents[1] / "plugin"
 SPEC = {

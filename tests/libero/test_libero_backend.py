@@ -6,7 +6,7 @@ import topo.backends.libero as libero_backend
 from topo.backends import get_backend
 from topo.backends.base import Assignment
 
-from libero_helpers import needs_libero
+from tests.libero.libero_helpers import needs_libero
 
 PATH = ("env", "kwargs")
 SHARED = {"task_suite": "libero_spatial", "camera_height": 64, "camera_width": 64, "env_kwargs": {"hard_reset": False}}

@@ -11,7 +11,7 @@ from topo.backends.libero import check_config as check_libero_config
 from topo.checks import FAIL, OK, WARN
 from topo.doctor import _finish, check_devices, check_gl, check_memory
 
-from libero_helpers import ROOT, needs_libero, run_python
+from tests.libero.libero_helpers import ROOT, needs_libero, run_python
 
 SPEC = """
 version: 1

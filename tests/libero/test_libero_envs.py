@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from libero_helpers import needs_libero, run_python
+from tests.libero.libero_helpers import needs_libero, run_python
 
 no_nvidia = pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this host has an NVIDIA GPU")
 

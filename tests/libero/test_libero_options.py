@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from libero_helpers import ROOT, needs_libero, run_python
+from tests.libero.libero_helpers import ROOT, needs_libero, run_python
 
 pytestmark = [pytest.mark.libero, needs_libero]
 

@@ -16,7 +16,7 @@ mujoco = pytest.importorskip("mujoco")
 from topo.envs.mujoco_cache import ModelCache, model_key, referenced_files  # noqa: E402
 from topo.model_cache import cache_dir, clear, disk_bytes, entries  # noqa: E402
 
-from libero_helpers import ROOT  # noqa: E402
+from tests.libero.libero_helpers import ROOT  # noqa: E402
 
 
 def tetrahedron_stl(path) -> None:
