@@ -89,8 +89,9 @@ def validate(spec, assignments, strict, fmt):
     Reports every problem at once with file:line:column, key path, the arithmetic behind it and a
     hint. Exit 0 when valid, 2 when not (warnings fail only with --strict).
     """
-    from . import load, render
-    from . import validate as check
+    from . import render
+    from .load import load
+    from .validate import validate as check
 
     try:
         from .load import parse_assignments
@@ -120,7 +121,9 @@ def validate(spec, assignments, strict, fmt):
 @click.option("--strict", is_flag=True, help="Warnings fail too (exit 2).")
 def plan(spec, assignments, dry_run, fmt, limit, out, strict):
     """Compile SPEC into a plan: one row per worker with its exact kwargs, and a coverage summary."""
-    from . import compile_source, load, render
+    from . import render
+    from .load import load
+    from .plan import compile_source
     from .load import parse_assignments
     from .plan import dumps
 
@@ -215,7 +218,7 @@ def cache_warm(spec, assignments, directory):
     Nothing is built: each task's construction stops right after MuJoCo compiled its model. Exit 0
     when every task is cached, 1 when one failed, 2 for a bad spec.
     """
-    from . import compile_spec
+    from .plan import compile_spec
     from .load import parse_assignments
     from .model_cache import human_bytes
     from .plan import rows

@@ -38,7 +38,7 @@ def bench(spec, assignments, modes, repeats, cap, cache, sweep, out_dir, batches
     """Launch SPEC in each mode and compare startup: parent envs, real envs, time to ready and first batch,
     and each mode's lower bound: max(chain, work / cores) from one worker's phases measured alone
     (start + imports, paid once per importing process; construction + first reset, paid by every worker)."""
-    from .. import compile_spec
+    from ..plan import compile_spec
     from ..load import parse_assignments
     from ..plan import dumps
     from . import chart, compare, runs, sweep as sweeps

@@ -28,9 +28,7 @@ BOOT = "import sys; sys.path[0] = sys.argv[1]; from topo.launch.watcher import m
 
 def start(run_dir: str, temporary: bool) -> subprocess.Popen:
     """Start the watcher of ``run_dir`` for this process; write ``b"done\\n"`` to its stdin at the end."""
-    import topo
-
-    parent = os.path.dirname(os.path.dirname(os.path.abspath(topo.__file__)))
+    parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds topo/
     env = {k: v for k, v in os.environ.items() if k != processes.RUN_DIR_VAR}  # not a process of the run itself
     with open(os.path.join(run_dir, "watcher.log"), "wb") as log:
         return subprocess.Popen([sys.executable, "-c", BOOT, parent, run_dir, str(os.getpid()), "1" if temporary else "0"],
