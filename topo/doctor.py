@@ -19,6 +19,7 @@ from typing import Any, Iterable
 
 import click
 
+from . import child
 from .backends import Backend, available, get_backend
 from .checks import FAIL, OK, WARN, Check
 from .plan import engine
@@ -257,7 +258,7 @@ def check_memory(plan: dict, available_gb: float, backend: Backend | None) -> Ch
 
 def _start(kind: str, args: list[str] = (), env: dict[str, str] | None = None) -> subprocess.Popen:
     code = f"import topo.doctor as d; d._probe({kind!r}, {list(args)!r})"
-    return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    return subprocess.Popen(child.command(code), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
 
 
