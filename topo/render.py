@@ -111,7 +111,7 @@ def _numbering(plan: dict[str, Any]) -> str:
     notes = [f"{render['numbering']} indices"]
     if render["device_zero_fallback"]:
         notes.append("device-zero fallback")
-    if (plan.get("placement") or {}).get("engine") == "ray" and render["numbering"] == "cuda":
+    if engine(plan) == "ray" and render["numbering"] == "cuda":
         notes.append("actor-local")
     return f" ({', '.join(notes)})"
 
