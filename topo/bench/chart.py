@@ -46,12 +46,7 @@ def draw(result: dict[str, Any], path: str, title: str) -> str:
         labels.append(f"{name}\n{parent} parent envs")
     ax.set_xticks(range(len(modes)), labels, fontsize=8)
     ax.set_ylabel("seconds from launch")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, ax, path, title, 8)
 
 
 def draw_sweep(sweep: dict[str, Any], path: str, title: str) -> str:
@@ -75,8 +70,12 @@ def draw_sweep(sweep: dict[str, Any], path: str, title: str) -> str:
     ax.set_ylabel("seconds from launch to all ready")
     ax.set_ylim(bottom=0)
     ax.set_xlim(left=0)
+    return _save(plt, fig, ax, path, title, 7)
+
+
+def _save(plt, fig, ax, path: str, title: str, legend_size: int) -> str:
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=legend_size)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
