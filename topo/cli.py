@@ -216,7 +216,8 @@ def cache_warm(spec, assignments, directory):
     """Compile the models of SPEC's tasks into the cache, one per distinct task, before a launch.
 
     Nothing is built: each task's construction stops right after MuJoCo compiled its model. Exit 0
-    when every task is cached, 1 when one failed, 2 for a bad spec.
+    when every task is cached, 1 when one failed, 2 for a bad spec. (A builder module whose models
+    topo caches offers ``warm(env, directory)``, ``model_identity(env)`` and ``model_label(env)``.)
     """
     from .plan import compile_spec
     from .load import parse_assignments
@@ -238,14 +239,14 @@ def cache_warm(spec, assignments, directory):
                 event = module.warm(env, directory)
         except Exception as exc:  # one task's failure is reported, the others still warm
             failed += 1
-            click.echo(f"{env.get('task_suite')} task {env.get('task_id')}: failed: {type(exc).__name__}: {exc}", err=True)
+            click.echo(f"{module.model_label(env)}: failed: {type(exc).__name__}: {exc}", err=True)
             continue
         result, size = event["result"], human_bytes(event.get("bytes", 0))
         ready += result in ("hit", "miss", "corrupt")
         what = {"hit": f"cached already, {size}", "miss": f"compiled in {event.get('compile_s', 0):.1f} s, {size}",
                 "corrupt": f"unsound entry replaced: compiled in {event.get('compile_s', 0):.1f} s, {size}",
                 "disabled": "the model cache is off"}.get(result, result)
-        click.echo(f"{event.get('label', env.get('task_id'))}: {what}" + (f" ({event['key'][:12]})" if event.get("key") else ""))
+        click.echo(f"{event['label']}: {what}" + (f" ({event['key'][:12]})" if event.get("key") else ""))
     click.echo(f"{ready} of {len(distinct)} model(s) ready")
     sys.exit(1 if failed else 0)
 

@@ -53,7 +53,7 @@ def warm(env: Mapping[str, Any], directory: str | os.PathLike | None = None) -> 
     Returns the cache event (``result``: ``hit``, ``miss``, ``corrupt``...), or ``{"result": "disabled"}``."""
     kwargs = dict(env)
     options = builder_options(kwargs.pop("options", None))
-    label = f"{kwargs.get('task_suite')} task {kwargs.get('task_id')}"
+    label = model_label(env)
     cache = model_cache({**options, "model_cache": os.fspath(directory)} if directory is not None else options)
     if cache is None:
         return {"label": label, "result": "disabled"}
@@ -69,6 +69,11 @@ def warm(env: Mapping[str, Any], directory: str | os.PathLike | None = None) -> 
         except robosuite_scope.Warmed:
             return {"label": label, **state.cache_events[-1]}
     raise RuntimeError(f"{label}: LiberoEnv was built without compiling a MuJoCo model")
+
+
+def model_label(env: Mapping[str, Any]) -> str:
+    """How ``topo cache`` names the model of ``env``."""
+    return f"{env.get('task_suite')} task {env.get('task_id')}"
 
 
 def model_identity(env: Mapping[str, Any]) -> str:
