@@ -16,9 +16,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "compiler"))
+sys.path.insert(0, str(ROOT))
 
-from hostile_inputs import Case, argv, environment, write_all  # noqa: E402
+from tests.compiler.hostile_inputs import Case, argv, environment, write_all  # noqa: E402
 
 TARGET_S, TARGET_MB = 2.0, 200.0
 # A child's max RSS counts what it held before exec: forked from this process it would start at this

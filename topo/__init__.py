@@ -13,36 +13,17 @@ Python API (mirrors the CLI; nothing but :func:`collector` imports torch)::
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from typing import Any, Callable, Mapping
+from .version import __version__
 
 from .errors import LaunchError, SpecError, StalePlanError, TopoError
 from .load import Source, load
+from .plan import compile_source, compile_spec
 from .validate import Checked, validate
 
 __all__ = [
-    "Checked", "LaunchError", "Source", "SpecError", "StalePlanError", "TopoError",
+    "Checked", "LaunchError", "Source", "SpecError", "StalePlanError", "TopoError", "__version__",
     "collector", "compile_source", "compile_spec", "load", "validate",
 ]
-
-
-def compile_source(source: Source, *, strict: bool = False, on_warnings: Callable[[list], Any] | None = None) -> dict:
-    """The plan of a loaded spec. Raises :class:`SpecError` on errors (or warnings, when strict);
-    ``on_warnings`` receives the warnings of a spec that compiles."""
-    from .plan import compile_checked
-
-    checked = validate(source)
-    if checked.errors or (strict and checked.warnings):
-        raise SpecError(checked.diagnostics)
-    if checked.warnings and on_warnings is not None:
-        on_warnings(checked.warnings)
-    return compile_checked(source, checked)
-
-
-def compile_spec(path, variables: Mapping[str, str] | None = None, *, strict: bool = False) -> dict:
-    """Load, validate and compile the spec at ``path`` into a plan dict."""
-    return compile_source(load(path, variables), strict=strict)
 
 
 def collector(source, **options):

@@ -6,11 +6,12 @@ import contextlib
 import importlib
 import os
 import shutil
+import signal
 import sys
 
 import click
 
-from .errors import SpecError, TopoError
+from .errors import Interrupted, SpecError, TopoError
 
 LAZY_COMMANDS = {
     "launch": "topo.launch.command:launch",
@@ -21,10 +22,27 @@ LAZY_COMMANDS = {
 
 
 class Group(click.Group):
-    """Loads heavy subcommands only when they run, so validate/plan stay fast and torch-free."""
+    """Loads heavy subcommands only when they run, so validate/plan stay fast and torch-free; turns topo's
+    errors into their message and exit code (2 bad input, 1 launch failure, 128 + signal), never a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            fail(Interrupted(signal.SIGINT))
+        except TopoError as err:
+            fail(err)
 
     def list_commands(self, ctx):
         return sorted(set(super().list_commands(ctx)) | set(LAZY_COMMANDS))
+
+    def format_epilog(self, ctx, formatter):
+        """The backends a spec may name here: built in, plug-ins found (``topo.backends`` entry points)."""
+        from .backends import available
+
+        with formatter.section("Backends"):
+            formatter.write_dl([(name, where) for name, where in sorted(available().items())]
+                               + [("package.module:callable", "your own factory")])
 
     def get_command(self, ctx, name):
         if name in LAZY_COMMANDS:
@@ -71,8 +89,9 @@ def validate(spec, assignments, strict, fmt):
     Reports every problem at once with file:line:column, key path, the arithmetic behind it and a
     hint. Exit 0 when valid, 2 when not (warnings fail only with --strict).
     """
-    from . import load, render
-    from . import validate as check
+    from . import render
+    from .load import load
+    from .validate import validate as check
 
     try:
         from .load import parse_assignments
@@ -102,20 +121,14 @@ def validate(spec, assignments, strict, fmt):
 @click.option("--strict", is_flag=True, help="Warnings fail too (exit 2).")
 def plan(spec, assignments, dry_run, fmt, limit, out, strict):
     """Compile SPEC into a plan: one row per worker with its exact kwargs, and a coverage summary."""
-    from . import load, render, validate
+    from . import render
+    from .load import load
+    from .plan import compile_source
     from .load import parse_assignments
-    from .plan import compile_checked, dumps
+    from .plan import dumps
 
-    try:
-        source = load(spec, parse_assignments(assignments))
-        checked = validate(source)
-        if checked.errors or (strict and checked.warnings):
-            raise SpecError(checked.diagnostics)  # printed once, warnings included
-        if checked.warnings:
-            click.echo(render.diagnostics_text(checked.warnings), nl=False, err=True)
-        result = compile_checked(source, checked)
-    except TopoError as err:
-        fail(err)
+    result = compile_source(load(spec, parse_assignments(assignments)), strict=strict,
+                            on_warnings=lambda found: click.echo(render.diagnostics_text(found), nl=False, err=True))
     if out:
         try:
             with open(out, "w", encoding="utf-8") as handle:
@@ -203,17 +216,15 @@ def cache_warm(spec, assignments, directory):
     """Compile the models of SPEC's tasks into the cache, one per distinct task, before a launch.
 
     Nothing is built: each task's construction stops right after MuJoCo compiled its model. Exit 0
-    when every task is cached, 1 when one failed, 2 for a bad spec.
+    when every task is cached, 1 when one failed, 2 for a bad spec. (A builder module whose models
+    topo caches offers ``warm(env, directory)``, ``model_identity(env)`` and ``model_label(env)``.)
     """
-    from . import compile_spec
+    from .plan import compile_spec
     from .load import parse_assignments
     from .model_cache import human_bytes
     from .plan import rows
 
-    try:
-        plan = compile_spec(spec, parse_assignments(assignments))
-    except TopoError as err:
-        fail(err)
+    plan = compile_spec(spec, parse_assignments(assignments))
     module = importlib.import_module(plan["env"]["builder"].partition(":")[0])
     if not hasattr(module, "warm"):
         click.echo(f"backend {plan['env']['backend']!r} compiles no MuJoCo model that topo caches: nothing to warm")
@@ -228,14 +239,14 @@ def cache_warm(spec, assignments, directory):
                 event = module.warm(env, directory)
         except Exception as exc:  # one task's failure is reported, the others still warm
             failed += 1
-            click.echo(f"{env.get('task_suite')} task {env.get('task_id')}: failed: {type(exc).__name__}: {exc}", err=True)
+            click.echo(f"{module.model_label(env)}: failed: {type(exc).__name__}: {exc}", err=True)
             continue
         result, size = event["result"], human_bytes(event.get("bytes", 0))
         ready += result in ("hit", "miss", "corrupt")
         what = {"hit": f"cached already, {size}", "miss": f"compiled in {event.get('compile_s', 0):.1f} s, {size}",
                 "corrupt": f"unsound entry replaced: compiled in {event.get('compile_s', 0):.1f} s, {size}",
                 "disabled": "the model cache is off"}.get(result, result)
-        click.echo(f"{event.get('label', env.get('task_id'))}: {what}" + (f" ({event['key'][:12]})" if event.get("key") else ""))
+        click.echo(f"{event['label']}: {what}" + (f" ({event['key'][:12]})" if event.get("key") else ""))
     click.echo(f"{ready} of {len(distinct)} model(s) ready")
     sys.exit(1 if failed else 0)
 

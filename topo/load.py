@@ -19,7 +19,7 @@ from .errors import SpecError
 from .limits import MAX_SPEC_BYTES, count
 
 TEMPLATE_SUFFIXES = (".j2", ".jinja", ".jinja2")
-Path = tuple  # a key path: tuple of str | int
+KeyPath = tuple  # a key path: tuple of str | int
 
 
 @dataclass
@@ -30,13 +30,13 @@ class Source:
     text: str
     data: Any
     variables: dict[str, str] = field(default_factory=dict)
-    locations: dict[Path, tuple[int, int]] = field(default_factory=dict)
+    locations: dict[KeyPath, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.text.encode()).hexdigest()
 
-    def locate(self, path: Path) -> tuple[int | None, int | None]:
+    def locate(self, path: KeyPath) -> tuple[int | None, int | None]:
         """Line and column of ``path``, or of its nearest located ancestor."""
         path = tuple(path)
         while True:
@@ -46,7 +46,7 @@ class Source:
                 return (None, None)
             path = path[:-1]
 
-    def place(self, d: Diagnostic, aliases: Mapping[Path, Path] | None = None) -> Diagnostic:
+    def place(self, d: Diagnostic, aliases: Mapping[KeyPath, KeyPath] | None = None) -> Diagnostic:
         """The diagnostic with this source's file, line and column filled in.
 
         ``aliases`` maps a corrected key path to the misspelt one actually written in the file.
@@ -194,7 +194,7 @@ def _failer(file: str):
     return fail
 
 
-def _build(node: yaml.Node, path: Path, source: Source, problems: list[Diagnostic],
+def _build(node: yaml.Node, path: KeyPath, source: Source, problems: list[Diagnostic],
            inside: frozenset = frozenset()) -> Any:
     source.locations[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
     if id(node) in inside:  # an alias to a node that contains it (a: &x [*x]) would never end
@@ -230,7 +230,7 @@ def _build(node: yaml.Node, path: Path, source: Source, problems: list[Diagnosti
     return _scalar(node, path, source, problems)
 
 
-def _scalar(node: yaml.ScalarNode, path: Path, source: Source, problems: list[Diagnostic]) -> Any:
+def _scalar(node: yaml.ScalarNode, path: KeyPath, source: Source, problems: list[Diagnostic]) -> Any:
     try:
         return yaml.constructor.SafeConstructor().construct_object(node, deep=True)
     except Exception as exc:  # noqa: BLE001 - PyYAML's constructors raise anything on odd input (!!timestamp x)

@@ -7,17 +7,34 @@ from __future__ import annotations
 
 import gc
 import json
-from typing import Any
+from typing import Any, Callable, Mapping
 
-from . import __version__, placement
+from . import placement
 from .assign import GROUP_ID_OFFSET, assign
 from .coverage import coverage
 from .errors import SpecError
-from .load import Source
+from .load import Source, load
 from .planfile import FORMAT, seal
-from .validate import Checked
+from .validate import Checked, validate
+from .version import __version__
 
 __all__ = ["FORMAT", "compile_checked", "dumps", "preload_modules", "rows"]
+
+
+def compile_source(source: Source, *, strict: bool = False, on_warnings: Callable[[list], Any] | None = None) -> dict:
+    """The plan of a loaded spec. Raises :class:`SpecError` on errors (or warnings, when strict);
+    ``on_warnings`` receives the warnings of a spec that compiles."""
+    checked = validate(source)
+    if checked.errors or (strict and checked.warnings):
+        raise SpecError(checked.diagnostics)
+    if checked.warnings and on_warnings is not None:
+        on_warnings(checked.warnings)
+    return compile_checked(source, checked)
+
+
+def compile_spec(path, variables: Mapping[str, str] | None = None, *, strict: bool = False) -> dict:
+    """Load, validate and compile the spec at ``path`` into a plan dict."""
+    return compile_source(load(path, variables), strict=strict)
 
 
 def compile_checked(source: Source, checked: Checked) -> dict[str, Any]:
@@ -117,6 +134,11 @@ def preload_modules(builder: str) -> list[str]:
     """What a forkserver imports once for its env workers; with GL held (:mod:`topo.gl`), none of it opens a
     GL display or a CUDA context on import."""
     return ["torch", "torchrl.envs", "topo.worker", builder.partition(":")[0]]
+
+
+def engine(plan: dict[str, Any]) -> str:
+    """Where a plan's subcollectors run: ``local`` processes, or ``ray`` actors."""
+    return (plan.get("placement") or {}).get("engine", "local")
 
 
 def rows(plan: dict[str, Any]):

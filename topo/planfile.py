@@ -107,7 +107,7 @@ def _fail(file: str, code: str, message: str, hint: str | None) -> None:
 
 def check_compatible(plan: Mapping[str, Any]) -> None:
     """Raise :class:`StalePlanError` unless this topo can run a plan of ``plan``'s format and version."""
-    from . import __version__
+    from .version import __version__
 
     if plan.get("format") != FORMAT:
         raise StalePlanError(f"plan format {plan.get('format')!r} is not {FORMAT!r}; re-run `topo plan`")

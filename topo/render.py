@@ -5,7 +5,7 @@ import json
 from typing import Any, Iterable
 
 from .diagnostics import Diagnostic
-from .plan import dumps
+from .plan import dumps, engine
 from .planfile import seal
 
 COLUMNS = (("w", "index"), ("g", "global_index"), ("task", "task_id"), ("group_id_offset", "group_id_offset"),
@@ -66,9 +66,9 @@ def _kwargs(kwargs: dict) -> str:
 
 
 def _placed(plan: dict[str, Any], c: int) -> str:
-    placement = plan.get("placement") or {}
-    if placement.get("engine", "local") == "local":
+    if engine(plan) == "local":
         return ""
+    placement = plan["placement"]
     entry = placement["subcollectors"][c]
     r = entry["resources"]
     ask = f"{r['cpus']:g} cpus, {r['gpus']:g} gpus"
@@ -111,7 +111,7 @@ def _numbering(plan: dict[str, Any]) -> str:
     notes = [f"{render['numbering']} indices"]
     if render["device_zero_fallback"]:
         notes.append("device-zero fallback")
-    if (plan.get("placement") or {}).get("engine") == "ray" and render["numbering"] == "cuda":
+    if engine(plan) == "ray" and render["numbering"] == "cuda":
         notes.append("actor-local")
     return f" ({', '.join(notes)})"
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 START_METHODS = ("spawn", "forkserver", "fork")
 DEFAULT_STARTUP_TIMEOUT = 900.0
@@ -38,6 +38,54 @@ class Policy:
 
 
 @dataclass(frozen=True)
+class Request:
+    """Resources as written in the placement section: None where a key is not written."""
+
+    cpus: float | None = None
+    gpus: float | None = None
+    memory_gb: float | None = None
+    custom: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Override:
+    """One entry of placement.overrides: the subcollectors it names and what they ask for instead."""
+
+    subcollectors: tuple[int, ...]  # the indices its items name, in order
+    resources: Request
+
+
+@dataclass(frozen=True)
+class Node:
+    """A kind of cluster node declared in placement.nodes (a resource None: not declared)."""
+
+    name: str
+    count: int = 1
+    cpus: float | None = None
+    gpus: float | None = None
+    memory_gb: float | None = None
+    custom: Mapping[str, float] = field(default_factory=dict)
+
+    def capacity(self, key: str) -> float | None:
+        """None: not declared (unbounded on paper); custom resources a node lacks are 0."""
+        if key in ("cpus", "gpus", "memory_gb"):
+            return getattr(self, key)
+        return self.custom.get(key, 0)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The ``placement`` section: where subcollectors run and what each asks for."""
+
+    engine: str = "local"
+    address: str = "auto"
+    runtime_env: Mapping[str, Any] = field(default_factory=dict)
+    resources: Request = Request()
+    overrides: tuple[Override, ...] = ()
+    nodes: tuple[Node, ...] = ()
+
+
+@dataclass(frozen=True)
 class Spec:
     name: str
     backend: str
@@ -45,11 +93,14 @@ class Spec:
     env_options: dict[str, Any]  # the builder's own options (env.options), as written
     subcollectors: int
     workers: tuple[int, ...]  # workers per subcollector
+    workers_listed: bool  # workers_per_subcollector is written as a list
     start_subcollectors: str
     start_workers: str
     preload: bool  # forkserver env workers: the server imports the heavy modules once
     tasks: tuple[int, ...] | None  # None: the backend's whole catalog ('all') or no tasks
     tasks_all: bool
+    task_items: tuple[int | str, ...]  # assignment.tasks as written, one entry per item ('all' included)
+    tasks_listed: bool  # assignment.tasks is written as a list
     instructions: dict[int, str]
     blocks: tuple[Block, ...] | None
     groups: Groups
@@ -73,7 +124,12 @@ class Spec:
     metadata_from_workers: bool
     use_buffers: bool
     policy: Policy | None = None
-    raw: Mapping[str, Any] = field(repr=False, default_factory=dict)
+    placement: Placement = Placement()
+    written: frozenset[tuple[str, ...]] = frozenset()  # key paths the spec gives a value, down to the third level
+
+    def wrote(self, *path: str) -> bool:
+        """Whether the spec gives this key a value (not null), rather than leaving it to its default."""
+        return path in self.written
 
     @property
     def total_workers(self) -> int:
@@ -97,6 +153,11 @@ def parse_task_item(item: int | str) -> list[int]:
     return list(range(lo_i, hi_i + 1))
 
 
+def parse_items(items: Any) -> tuple[int, ...]:
+    """The ids of one item or a list of items (ids and ranges 'a-b')."""
+    return tuple(i for item in (items if isinstance(items, list) else [items]) for i in parse_task_item(item))
+
+
 def from_data(data: Mapping[str, Any]) -> Spec:
     """Fill defaults. ``data`` must already satisfy the JSON Schema."""
     env = data["env"]
@@ -111,10 +172,7 @@ def from_data(data: Mapping[str, Any]) -> Spec:
 
     tasks_raw = assign.get("tasks")
     tasks_all = tasks_raw == "all"
-    tasks: tuple[int, ...] | None = None
-    if tasks_raw is not None and not tasks_all:
-        items = tasks_raw if isinstance(tasks_raw, list) else [tasks_raw]
-        tasks = tuple(t for item in items for t in parse_task_item(item))
+    tasks = parse_items(tasks_raw) if tasks_raw is not None and not tasks_all else None
     blocks = None
     if assign.get("blocks"):
         blocks = tuple(Block(b["task"], b["workers"], b.get("instruction"), b.get("kwargs") or {}) for b in assign["blocks"])
@@ -137,11 +195,14 @@ def from_data(data: Mapping[str, Any]) -> Spec:
         env_options=dict(env.get("options") or {}),
         subcollectors=n_sub,
         workers=workers,
+        workers_listed=isinstance(wps, list),
         start_subcollectors=start.get("subcollectors", "spawn"),
         start_workers=start.get("workers", DEFAULT_WORKER_START),
         preload=start.get("preload", True),
         tasks=tasks,
         tasks_all=tasks_all,
+        task_items=() if tasks_raw is None else tuple(tasks_raw) if isinstance(tasks_raw, list) else (tasks_raw,),
+        tasks_listed=isinstance(tasks_raw, list),
         instructions={int(k): v for k, v in (assign.get("instructions") or {}).items()},
         blocks=blocks,
         groups=groups,
@@ -166,8 +227,35 @@ def from_data(data: Mapping[str, Any]) -> Spec:
         use_buffers=launch.get("use_buffers", False),
         policy=Policy(policy["factory"], dict(policy.get("kwargs") or {}), policy.get("placement", "subcollector"),
                       policy.get("device"), policy.get("weight_sync", "shared_mem")) if policy else None,
-        raw=data,
+        placement=_placement(data.get("placement") or {}),
+        written=frozenset(_written(data, ())),
     )
+
+
+def _placement(data: Mapping[str, Any]) -> Placement:
+    return Placement(
+        engine=data.get("engine", "local"),
+        address=data.get("address", "auto"),
+        runtime_env=data.get("runtime_env") or {},
+        resources=_request(data.get("resources")),
+        overrides=tuple(Override(parse_items(o["subcollectors"]), _request(o["resources"]))
+                        for o in data.get("overrides") or []),
+        nodes=tuple(Node(n["name"], n.get("count", 1), n.get("cpus"), n.get("gpus"), n.get("memory_gb"),
+                         n.get("custom") or {}) for n in data.get("nodes") or []),
+    )
+
+
+def _request(data: Mapping[str, Any] | None) -> Request:
+    data = data or {}
+    return Request(data.get("cpus"), data.get("gpus"), data.get("memory_gb"), data.get("custom") or {})
+
+
+def _written(data: Mapping[str, Any], path: tuple, depth: int = 3) -> Iterator[tuple]:
+    for key, value in data.items():
+        if value is not None:
+            yield path + (key,)
+        if depth > 1 and isinstance(value, dict):
+            yield from _written(value, path + (key,), depth - 1)
 
 
 def default_frames_per_batch(workers: tuple[int, ...], sync: bool) -> int:

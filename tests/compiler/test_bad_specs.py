@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from topo.cli import main
 
-from compiler_helpers import HERE
+from tests.compiler.compiler_helpers import HERE
 
 BAD = HERE / "bad_specs"
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from topo.cli import main
 
-from compiler_helpers import EXAMPLES
+from tests.compiler.compiler_helpers import EXAMPLES
 
 SPEC_5X64 = EXAMPLES / "libero_spatial_5x64.yaml"
 TOY = EXAMPLES / "toy_2x3.yaml"
@@ -143,3 +143,19 @@ def test_template_variables_reach_the_plan():
     assert [s["num_workers"] for s in plan["subcollectors"]] == [40, 40]
     assert plan["spec"]["variables"] == {"subcollectors": "2", "workers": "40"}
     assert [s["render_gpu"] for s in plan["subcollectors"]] == [0, 1]
+
+
+def test_a_folder_holding_another_topo_does_not_shadow_this_one(tmp_path):
+    """Run from a folder with a topo/ of its own: the command and the children it starts (doctor's probes)
+    import this topo, not that one."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "topo").mkdir()
+    (tmp_path / "topo" / "__init__.py").write_text("raise SystemExit('the wrong topo')\n")
+    script = str(Path(sys.executable).parent / "topo")
+    spec = str(EXAMPLES / "toy_2x3.yaml")
+    for args in (["validate", spec], ["plan", spec, "--dry-run", "--limit", "0"], ["doctor", spec]):
+        result = subprocess.run([script, *args], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0 and "wrong topo" not in result.stdout + result.stderr, (args, result.stdout)

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 import topo
 from topo.cli import main
 
-from compiler_helpers import EXAMPLES, HERE, ROOT
+from tests.compiler.compiler_helpers import EXAMPLES, HERE, ROOT
 
 SPEC = "examples/libero_spatial_5x64.yaml"
 GOLDEN = HERE / "golden" / "libero_spatial_5x64.txt"

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from compiler_helpers import EXAMPLES, SPATIAL, assert_layout, rows
+from tests.compiler.compiler_helpers import EXAMPLES, SPATIAL, assert_layout, rows
 
 import topo
 from topo.cli import main

@@ -18,7 +18,7 @@ from topo.errors import SpecError
 from topo.limits import MAX_DEPTH, MAX_NODES, MAX_SPEC_BYTES
 from topo.load import parse
 
-from hostile_inputs import HEAD, argv, environment, write_all
+from tests.compiler.hostile_inputs import HEAD, argv, environment, write_all
 
 _FOLDER = tempfile.TemporaryDirectory(prefix="topo-hostile-")  # removed when the test session ends
 CASES = write_all(Path(_FOLDER.name))
@@ -134,6 +134,6 @@ def test_10000_worker_spec_with_a_block_and_seed_per_worker(tmp_path):
 
 
 def argv_for(*args) -> list[str]:
-    from hostile_inputs import Case
+    from tests.compiler.hostile_inputs import Case
 
     return argv(Case("", tuple(str(a) for a in args), "", ""))

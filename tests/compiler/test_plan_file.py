@@ -18,9 +18,9 @@ from topo.load import parse
 from topo.plan import dumps
 from topo.planfile import MAX_REPORTED, digest, seal
 
-from compiler_helpers import EXAMPLES
-from hostile_inputs import HEAD, argv, environment
-from hostile_inputs import Case
+from tests.compiler.compiler_helpers import EXAMPLES
+from tests.compiler.hostile_inputs import HEAD, argv, environment
+from tests.compiler.hostile_inputs import Case
 
 
 @pytest.fixture
@@ -175,9 +175,11 @@ def test_other_formats_are_stale(tmp_path, plan):
 def test_launch_refuses_before_starting_anything(tmp_path, plan):
     plan["subcollectors"][0]["workers"][0]["instruction"] = "open the door"
     path = saved(tmp_path, plan)
-    result = subprocess.run(argv(Case("", ("launch", path), "", "")), capture_output=True, text=True,
+    python, *rest = argv(Case("", ("launch", path), "", ""))
+    result = subprocess.run([python, "-X", "importtime", *rest], capture_output=True, text=True,
                             env=environment(), timeout=120)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert not [line for line in result.stderr.splitlines() if line.split("|")[-1].strip() == "torch"]  # refused first
     assert f"{path}: error plan-edited at digest: the plan was changed after topo wrote it: subcollectors[0]" \
         in result.stderr
     assert resolve(path, allow_edited=True, quiet=True)["subcollectors"][0]["workers"][0]["instruction"] == \

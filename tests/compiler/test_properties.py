@@ -13,7 +13,7 @@ from topo.load import parse
 from topo.plan import compile_checked, dumps
 from topo.planfile import check, seal
 
-from compiler_helpers import GROUP_ID_OFFSET, rows, spec_text
+from tests.compiler.compiler_helpers import GROUP_ID_OFFSET, rows, spec_text
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

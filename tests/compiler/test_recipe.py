@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler_helpers import (EXAMPLES, GOAL, GROUP_ID_OFFSET, LIBERO_10_TASK_0, SPATIAL, assert_layout,
+from tests.compiler.compiler_helpers import (EXAMPLES, GOAL, GROUP_ID_OFFSET, LIBERO_10_TASK_0, SPATIAL, assert_layout,
                               compile_dict, libero, rows, toy)
 
 import topo
@@ -63,7 +63,7 @@ def test_5x64_exact_env_kwargs(plan_5x64, c, w):
         "init_state_mode": "cycle", "init_state_id": 0,
         "group_repeats": 2, "group_id_offset": (g // 8) * GROUP_ID_OFFSET, "group_id_mode": "init_state",
         "env_kwargs": {},
-        "options": {"model_cache": True, "skip_unread_renders": True, "reset_gripper": True},
+        "options": {"model_cache": True, "skip_unread_renders": True, "reset_gripper": True, "fixtures_by_init_state": True},
     }
 
 
@@ -120,7 +120,8 @@ def test_libero_without_parallel_repeats():
         "task_suite": "libero_goal", "camera_height": 128, "camera_width": 128, "max_episode_steps": 512,
         "task_id": 3, "instruction": "open the drawer, bowl in", "init_state_mode": "fixed", "init_state_id": 49,
         "group_repeats": 8, "group_id_offset": 7_000_000, "group_id_mode": "episode", "env_kwargs": {},
-        "options": {"model_cache": "/scratch/mujoco", "skip_unread_renders": True, "reset_gripper": False},
+        "options": {"model_cache": "/scratch/mujoco", "skip_unread_renders": True, "reset_gripper": False,
+                    "fixtures_by_init_state": True},
     }
     assert plan["env"]["options"] == row["kwargs"]["env"]["options"]
     assert row["kwargs"]["seed"] == 1007 and row["kwargs"]["render_gpu"] == 3

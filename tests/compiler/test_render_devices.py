@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from compiler_helpers import codes, compile_dict, libero, rows
+from tests.compiler.compiler_helpers import codes, compile_dict, libero, rows
 
 import topo.doctor as doctor
 from topo.doctor import FAIL, OK, WARN, check_devices, check_numbering
-from topo.envs.libero import resolve_device
+from topo.gl import resolve_device
 from topo.launch.report import human
 from topo.render import plan_text
 
@@ -88,7 +88,7 @@ def test_ray_actor_gpu_check_is_about_cuda_ids():
     assert "placement-render-gpu-not-visible" not in codes(spec({"render_devices": {"ids": [2], "numbering": "egl"}}))
 
 
-# --- the worker's resolution (topo.envs.libero.resolve_device) ------------------------------------------
+# --- the worker's resolution (topo.gl.resolve_device) ------------------------------------------
 
 HOST = [2, 3, 0, 1]  # EGL devices in EGL order, each as the CUDA index it shows (an order seen on real hosts)
 
@@ -172,7 +172,7 @@ def test_run_checks_on_a_host_whose_orders_differ(monkeypatch):
         started.append((kind, env))
         return kind
 
-    results = {"imports": {"versions": {}, "libero_paths": {}}, "gl": {"gl": "egl", "renderer": "NVIDIA H200"},
+    results = {"imports": {"versions": {}, "facts": {"paths": {}}}, "gl": {"gl": "egl", "renderer": "NVIDIA H200"},
                "egl": {"devices": [0]}}
     monkeypatch.setattr(doctor, "_start", start)
     monkeypatch.setattr(doctor, "_finish", lambda kind, timeout: results[kind])

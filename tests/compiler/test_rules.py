@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 import topo
 from topo.load import parse
 
-from compiler_helpers import checked_of, codes, compile_dict, libero, spec_text, toy
+from tests.compiler.compiler_helpers import checked_of, codes, compile_dict, libero, spec_text, toy
 
 
 def messages(data, code):

@@ -10,8 +10,8 @@ import pytest
 import topo
 from topo.plan import dumps
 
-from launch_helpers import (LAUNCH_LIMITS, alive, launch, records, started_pids, subprocess_env, summary, toy_spec,
-                            user_spec, write)
+from tests.launch.launch_helpers import (LAUNCH_LIMITS, alive, assert_clean_launch, assert_first_batch_matches, launch,
+                                        started_pids, subprocess_env, summary, toy_spec, user_spec, write)
 
 GYM_2X3 = {
     "version": 1,
@@ -22,43 +22,6 @@ GYM_2X3 = {
     "collector": {"sync": False, "frames_per_batch": 12},
     "launch": dict(LAUNCH_LIMITS),
 }
-
-
-def assert_clean_launch(report, plan: dict, t_end: float) -> dict:
-    """The report's claims, and the same facts read independently from the markers and by pid."""
-    s = summary(report)
-    n = sum(sub["num_workers"] for sub in plan["subcollectors"])
-    assert s["ok"] and s["exit_code"] == 0
-    assert s["plan"] == json.loads(json.dumps(plan))
-    assert s["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": n}
-    markers = records(report, "markers")
-    built = [m for m in markers if m["name"] == "constructed"]
-    sub_pids = {m["pid"] for m in markers if m["name"] == "subcollector"}
-    assert len(sub_pids) == len(plan["subcollectors"])
-    assert len(built) == n and len({m["pid"] for m in built}) == n  # one env per worker process
-    assert not {m["pid"] for m in built} & (sub_pids | {s["processes"]["trainer_pid"]})
-    rows = {(r["subcollector"], r["index"]): r for sub in plan["subcollectors"] for r in sub["workers"]}
-    assert sorted((m["worker"]["subcollector"], m["worker"]["index"]) for m in built) == sorted(rows)
-    for m in built:
-        assert m["seed"] == rows[m["worker"]["subcollector"], m["worker"]["index"]]["seed"]
-    assert s["seeds"]["mismatches"] == []
-    assert s["inherited_gl"] == {"workers": 0, "libraries": []}  # MUJOCO_GL=egl, yet no display in a parent
-    assert 0 < s["timings_s"]["subcollectors_up"] < s["timings_s"]["all_ready"]
-    assert all(m["inherited_gl"] == [] for m in markers if m["name"] == "started")
-    assert len([m for m in markers if m["name"] == "closed"]) == n
-    assert s["env_closes"] == {"constructed": n, "closed": n}
-    assert s["processes"]["subcollector_exit_codes"] == [0] * len(plan["subcollectors"])
-    assert set(s["processes"]["subcollector_start_methods"]) == {plan["start_methods"]["subcollectors"]}
-    assert s["processes"]["left_behind"] == [] and s["processes"]["alive_after"] == []
-    assert alive(started_pids(report), t_end) == []
-    return s
-
-
-def assert_first_batch_matches(s: dict, plan: dict) -> None:
-    for sub, seen in zip(plan["subcollectors"], s["first_batch"]):
-        assert seen["status"] == "ok", seen
-        assert seen["instructions"] == sorted({r["instruction"] for r in sub["workers"]})
-        assert seen["groups"] == sorted({r["group"] for r in sub["workers"]})
 
 
 @pytest.mark.slow

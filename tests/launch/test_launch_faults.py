@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from launch_helpers import (HANG_GUARD_S, alive, command, launch, records, started_pids, subprocess_env, summary,
+from tests.launch.launch_helpers import (HANG_GUARD_S, alive, command, launch, records, started_pids, subprocess_env, summary,
                             toy_spec, user_spec, wait_for, write)
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ from topo.launch.progress import Progress
 from topo.launch.state import Phase, RunState
 from topo.rundir import HOST, RESTART_VAR, RunDir
 
-from test_launch_units import PLAN, started, sub
+from tests.launch.test_launch_units import PLAN, started, sub
 
 
 def state_of(tmp_path, *markers: dict, plan: dict | None = None) -> RunState:

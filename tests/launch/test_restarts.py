@@ -16,8 +16,8 @@ import pytest
 import topo
 from topo.rundir import RunDir
 
-from launch_helpers import (HANG_GUARD_S, HERE, LAUNCH_LIMITS, alive, launch, subprocess_env, summary, toy_spec,
-                            user_spec, wait_for, write)
+from tests.launch.launch_helpers import (HANG_GUARD_S, HERE, LAUNCH_LIMITS, alive, launch, subprocess_env, summary,
+                                         toy_spec, user_spec, wait_for, write)
 
 pytestmark = pytest.mark.slow
 COLLECT = HERE / "collect.py"

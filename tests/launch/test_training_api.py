@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ import topo
 from topo.errors import UsageError
 from topo.rundir import RUN_DIR_VAR, RunDir
 
-from launch_helpers import HANG_GUARD_S, HERE, alive, subprocess_env, toy_spec, wait_for, write
+from tests.launch.launch_helpers import HANG_GUARD_S, HERE, alive, subprocess_env, toy_spec, wait_for, write
 
 pytestmark = pytest.mark.slow
 TRAINER = HERE / "trainer.py"

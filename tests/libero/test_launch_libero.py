@@ -8,7 +8,7 @@ import pytest
 
 import topo
 
-from libero_helpers import ROOT, needs_libero
+from tests.libero.libero_helpers import ROOT, needs_libero
 
 pytestmark = [pytest.mark.libero, pytest.mark.slow, needs_libero]
 SPEC = os.path.join(ROOT, "examples", "libero_cpu.yaml")

@@ -6,7 +6,7 @@ import topo.backends.libero as libero_backend
 from topo.backends import get_backend
 from topo.backends.base import Assignment
 
-from libero_helpers import needs_libero
+from tests.libero.libero_helpers import needs_libero
 
 PATH = ("env", "kwargs")
 SHARED = {"task_suite": "libero_spatial", "camera_height": 64, "camera_width": 64, "env_kwargs": {"hard_reset": False}}
@@ -60,7 +60,7 @@ def test_suite_whose_files_are_not_installed():
 
 @needs_libero
 def test_unknown_reserved_and_mistyped_kwargs():
-    found = get_backend("libero").check(
+    found = get_backend("libero").check_kwargs(
         {**SHARED, "camera_heigth": 64, "task_id": 3, "camera_width": "64", "env_kwargs": {"render_gpu_device_id": 1}},
         PATH)
     by_code = {d.code: d for d in found}
@@ -146,5 +146,5 @@ assignment:
         "init_state_mode": "cycle", "init_state_id": 0, "group_repeats": 2, "group_id_offset": 1_000_000,
         "group_id_mode": "init_state", "camera_height": 64, "camera_width": 64, "max_episode_steps": 512,
         "env_kwargs": {"hard_reset": False},
-        "options": {"model_cache": True, "skip_unread_renders": True, "reset_gripper": True},
+        "options": {"model_cache": True, "skip_unread_renders": True, "reset_gripper": True, "fixtures_by_init_state": True},
     }

@@ -7,7 +7,7 @@ import pytest
 from topo.backends import get_backend
 from topo.backends.base import Assignment
 
-from libero_helpers import needs_libero, run_python
+from tests.libero.libero_helpers import needs_libero, run_python
 
 pytestmark = [pytest.mark.libero, needs_libero]
 SHARED = {"task_suite": "libero_spatial", "camera_height": 64, "camera_width": 64, "max_episode_steps": 8,

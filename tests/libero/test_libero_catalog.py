@@ -4,7 +4,7 @@ import pytest
 
 from topo.backends.libero import STANDARD_SUITES, count_init_states, suite_catalog, suites, task_language
 
-from libero_helpers import needs_libero, run_python
+from tests.libero.libero_helpers import needs_libero, run_python
 
 SPATIAL_0 = "pick up the black bowl between the plate and the ramekin and place it on the plate"
 

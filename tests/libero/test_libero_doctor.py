@@ -6,9 +6,12 @@ import sys
 
 import pytest
 
-from topo.doctor import FAIL, OK, WARN, _finish, check_devices, check_gl, check_libero_config, check_memory
+from topo.backends import get_backend
+from topo.backends.libero import check_config as check_libero_config
+from topo.checks import FAIL, OK, WARN
+from topo.doctor import _finish, check_devices, check_gl, check_memory
 
-from libero_helpers import ROOT, needs_libero, run_python
+from tests.libero.libero_helpers import ROOT, needs_libero, run_python
 
 SPEC = """
 version: 1
@@ -23,17 +26,17 @@ assignment:
 """
 
 
-def plan(backend="libero", workers=(2, 2)):
-    return {"env": {"backend": backend}, "subcollectors": [{"num_workers": n} for n in workers]}
+def plan(workers=(2, 2)):
+    return {"subcollectors": [{"num_workers": n} for n in workers]}
 
 
 def test_memory_fits_warns_and_fails():
-    assert check_memory(plan(), 20.0).status == OK  # 4 x 2.0 + 3 x 0.4 = 9.2 GB
-    warn = check_memory(plan(), 10.0)
+    assert check_memory(plan(), 20.0, get_backend("libero")).status == OK  # 4 x 2.0 + 3 x 0.4 = 9.2 GB
+    warn = check_memory(plan(), 10.0, get_backend("libero"))
     assert warn.status == WARN and "~9.2 GB needed" in warn.detail
-    fail = check_memory(plan(workers=(64,) * 5), 22.0)
+    fail = check_memory(plan(workers=(64,) * 5), 22.0, get_backend("libero"))
     assert fail.status == FAIL and "320 workers x 2.0 GB" in fail.detail and "fits about 9 workers" in fail.hint
-    toy = check_memory(plan("toy", (8, 8)), 22.0)  # toy workers are plain torch + torchrl processes
+    toy = check_memory(plan((8, 8)), 22.0, get_backend("toy"))  # toy workers are plain torch + torchrl processes
     assert toy.status == OK and "16 workers x 0.4 GB" in toy.detail
 
 
@@ -97,7 +100,7 @@ def test_doctor_on_this_cpu_host(tmp_path):
     assert ok.returncode == 0, ok.stdout + ok.stderr
     lines = ok.stdout.splitlines()
     assert [line.split()[:2] for line in lines[1:-1]] == [
-        ["ok", "imports"], ["ok", "gl"], ["ok", "render-gpus"], ["ok", "libero-tasks"], ["ok", "libero-assets"],
+        ["ok", "backend"], ["ok", "imports"], ["ok", "gl"], ["ok", "render-gpus"], ["ok", "libero-tasks"], ["ok", "libero-assets"],
         ["ok", "memory"]]
     assert "llvmpipe" in ok.stdout and lines[-1].startswith("ready to launch")
 

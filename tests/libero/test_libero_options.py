@@ -1,6 +1,7 @@
 """topo's LIBERO builder options on real LIBERO (task 0, 64 px): the model cache hit, missed, corrupt and
 off, and renders skipped, give observations bit-identical to torchrl's own LiberoEnv; a soft reset with
-the gripper reset starts every episode like a hard reset, and without it does not. One fresh process per
+the gripper reset starts every episode like a hard reset, and without it does not; workers with other
+seeds start bit-identical from one init state with fixtures_by_init_state, and without it do not. One fresh process per
 test (its GL, its imports); ~2 GB and 30-60 s each."""
 import json
 import os
@@ -10,7 +11,7 @@ import sys
 
 import pytest
 
-from libero_helpers import ROOT, needs_libero, run_python
+from tests.libero.libero_helpers import ROOT, needs_libero, run_python
 
 pytestmark = [pytest.mark.libero, needs_libero]
 
@@ -22,7 +23,8 @@ COMMON = """
 
     ENV = {"task_suite": "libero_spatial", "task_id": 0, "camera_height": 64, "camera_width": 64,
            "max_episode_steps": 64, "init_state_mode": "fixed", "init_state_id": 0}
-    ON = {"model_cache": True, "skip_unread_renders": True, "reset_gripper": True}
+    # the options that keep LiberoEnv's output; fixtures_by_init_state changes the fixtures on purpose
+    ON = {"model_cache": True, "skip_unread_renders": True, "reset_gripper": True, "fixtures_by_init_state": False}
     g = torch.Generator().manual_seed(0)
     ACTIONS = [torch.cat([torch.rand(6, generator=g) * 2 - 1, torch.ones(1)]) for _ in range(6)]  # gripper closing
 
@@ -162,3 +164,45 @@ assignment: {tasks: 0-1}
     cleared = topo("clear", "--dir", str(cache))
     assert cleared.returncode == 0 and cleared.stdout.startswith("removed 6 file(s)")
     assert os.listdir(cache) == []
+
+
+def test_group_members_start_identically_only_with_fixtures_by_init_state():
+    """Workers of one GRPO group: one task and init state, their own seeds. Each runs two episodes from the
+    init state, acting differently in between; every start is compared, fixtures (body_pos/quat) included."""
+    out = run("""
+    def starts(seed, options, init_state=0):
+        env = L.build({**ENV, "init_state_id": init_state, "env_kwargs": {"hard_reset": False}, "options": options})
+        env.set_seed(seed)
+        stream = np.random.get_state()[1].copy()
+        g = torch.Generator().manual_seed(seed)
+        out = []
+        for _ in range(2):
+            td = env.reset()
+            model = env._env.env.sim.model
+            out.append(snapshot(env, td) + [model.body_pos.copy(), model.body_quat.copy()])
+            for _ in range(4):
+                td = env.step(td.set("action", torch.rand(7, generator=g) * 2 - 1))["next"]
+        untouched = bool(np.array_equal(stream, np.random.get_state()[1]))  # the worker's own numpy stream
+        env.close()
+        return out, untouched
+
+    FAIR = {**ON, "fixtures_by_init_state": True}
+    (a, a_stream), (b, b_stream) = starts(0, FAIR), starts(1, FAIR)
+    (c, _), (d, d_stream) = starts(0, ON), starts(1, ON)
+    (e, _) = starts(0, FAIR, init_state=1)
+    names = ["image", "state", "qpos", "qvel", "body_pos", "body_quat"]
+    differ = lambda x, y: [n for n, u, v in zip(names, x, y) if not np.array_equal(u, v)]
+    print(json.dumps({
+        "on": [differ(x, y) for x, y in zip(a, b)],
+        "on_repeat": differ(a[0], a[1]),
+        "off": [differ(x, y) for x, y in zip(c, d)],
+        "off_body_gap_m": float(np.abs(c[0][4] - d[0][4]).max()),
+        "other_init_state": differ(a[0], e[0]),
+        "streams": [a_stream, b_stream, d_stream],
+    }))
+    """)
+    assert out["on"] == [[], []]  # bit-identical starts, both episodes, whatever each did in between
+    assert out["on_repeat"] == []  # every start from one init state is the same start
+    assert "body_pos" in out["off"][0] and out["off_body_gap_m"] > 1e-3
+    assert "body_pos" in out["other_init_state"]  # other init states still get other fixtures
+    assert out["streams"] == [True, True, False]  # resets no longer draw from the worker's seeded stream

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from libero_helpers import needs_libero
+from tests.libero.libero_helpers import needs_libero
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINER = ROOT / "tests" / "launch" / "trainer.py"

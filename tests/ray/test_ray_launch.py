@@ -22,7 +22,7 @@ from topo.launch import ray_collector
 from topo.launch.state import RunState
 from topo.rundir import HOST, RUN_DIR_VAR, SLOTS_VAR, RunDir
 
-from ray_head_helpers import ENV, RAY, RayHead, free_port
+from tests.ray.ray_head_helpers import ENV, RAY, RayHead, free_port
 
 HANG_GUARD_S = 300
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None or not RAY.exists(),

@@ -1,8 +1,12 @@
-"""The plan-time half of a backend: what topo knows about an environment family without building it.
+"""A backend: everything topo knows about an environment family without building it.
 
-A backend is pure: it never imports torch, torchrl or a simulator. Its runtime half is a
-``builder`` (``"module:function"``) that the env worker imports and calls with the plan row's
-``kwargs["env"]``; see :mod:`topo.worker`.
+Its schema checks and reserved kwargs (validate), its task catalog and each worker's constructor kwargs
+(plan), the batch keys the first-batch check reads (launch), what ``topo doctor`` imports, reports and
+checks, and a worker's memory. A backend is pure: it never imports torch, torchrl or a simulator at
+module level. Its runtime half is a ``builder`` (``"module:function"``) that the env worker imports and
+calls with the plan row's ``kwargs["env"]``; see :mod:`topo.worker`. Adding a family is one backend
+class plus its builder; a third-party package registers its class under the ``topo.backends`` entry
+point group (:mod:`topo.backends`).
 """
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
+from ..checks import Check
 from ..diagnostics import Diagnostic, error
 
 
@@ -44,6 +49,14 @@ class Assignment(NamedTuple):
     kwargs: Mapping[str, Any] = {}  # a block's own kwargs, over the shared ones (never mutated)
 
 
+class BatchKeys(NamedTuple):
+    """Keys of a collected batch that show a worker's plan row (None: never look). The defaults are torchrl's
+    VLA envs' (ToyVLAEnv, LiberoEnv); a batch without them leaves nothing to check."""
+
+    instruction: str | None = "language_instruction"  # the language instruction, one string per step
+    group: str | None = "group_id"  # the GRPO group id, in the plan's blocks of ``topo.assign.GROUP_ID_OFFSET``
+
+
 class Backend:
     """Base class: subclasses set the class attributes and override what they need."""
 
@@ -63,6 +76,31 @@ class Backend:
     memory_per_worker_gb: float | None = None
     #: options of the builder itself (``env.options``; never constructor kwargs): name -> (default, check, what)
     options: Mapping[str, tuple[Any, Callable[[Any], bool], str]] = {}
+    #: shared kwargs topo sets per worker from the assignment: refused in ``env.kwargs`` (:meth:`check_kwargs`)
+    reserved: frozenset[str] = frozenset()
+    #: where a reserved kwarg is set instead
+    reserved_hint: str = "use the assignment section"
+    #: batch keys the launch compares with the plan rows on each subcollector's first batch
+    batch_keys: BatchKeys = BatchKeys()
+    #: ``topo doctor``: modules the builder needs beyond its own module and torchrl.envs
+    imports: tuple[str, ...] = ()
+    #: ``topo doctor``: distributions whose versions it reports
+    distributions: tuple[str, ...] = ()
+    #: ``topo doctor``: how to install what the imports need
+    install_hint: str = 'pip install "topo[launch]"'
+
+    def check_kwargs(self, env_kwargs: Mapping[str, Any], path: Sequence[str | int]) -> list[Diagnostic]:
+        """The shared kwargs: none that topo sets per worker, then the backend's own :meth:`check`."""
+        path = tuple(path)
+        out = []
+        for key in env_kwargs:
+            if key == "options" and self.options:
+                out.append(error("kwargs-reserved", "'options' are topo's builder options, not constructor kwargs",
+                                 path + (key,), "move them to env.options"))
+            elif key in self.reserved:
+                out.append(error("kwargs-reserved", f"{key!r} is set per worker by the assignment, not in env.kwargs",
+                                 path + (key,), self.reserved_hint))
+        return out + self.check(env_kwargs, path)
 
     def uses_gl(self, env_kwargs: Mapping[str, Any]) -> bool:
         """Whether workers built with these kwargs create a GL context."""
@@ -73,7 +111,15 @@ class Backend:
         return None
 
     def check(self, env_kwargs: Mapping[str, Any], path: Sequence[str | int]) -> list[Diagnostic]:
-        """Backend-specific diagnostics on the shared kwargs (``path`` locates them)."""
+        """Backend-specific diagnostics on the shared kwargs (``path`` locates them), reserved keys aside."""
+        return []
+
+    def host_facts(self) -> dict[str, Any]:
+        """``topo doctor``: what this host's installation says (JSON), read in the import probe after the imports."""
+        return {}
+
+    def host_checks(self, plan: Mapping[str, Any], facts: Mapping[str, Any]) -> list[Check]:
+        """``topo doctor``: the backend's own checks of this host for ``plan`` (files, configs), given :meth:`host_facts`."""
         return []
 
     def default_instruction(self, task_id: int | None, catalog: TaskCatalog | None) -> str | None:

@@ -16,6 +16,8 @@ ASSIGNMENT_KEYS = ("task_id", "instruction", "group_id_offset", "group_repeats",
 
 class CallableBackend(Backend):
     builder = "topo.envs.user:build"
+    reserved = frozenset(ASSIGNMENT_KEYS)
+    install_hint = "put the factory's module on PYTHONPATH, or install its package"
 
     def __init__(self, path: str):
         self.name = path
@@ -29,9 +31,7 @@ class CallableBackend(Backend):
         if not found:
             return [error("backend-factory-not-found", f"module {self.module!r} of factory {self.name!r} is not importable",
                           ("env", "backend"), "put its folder on PYTHONPATH, or install its package")]
-        clash = sorted(set(ASSIGNMENT_KEYS) & set(env_kwargs))
-        return [error("kwargs-reserved", f"{key!r} is set per worker by the assignment, not in env.kwargs",
-                      tuple(path) + (key,), "use the assignment section") for key in clash]
+        return []
 
     def env_kwargs(self, shared: Mapping[str, Any], a: Assignment) -> dict[str, Any]:
         kwargs = {**shared, **a.kwargs}

@@ -11,6 +11,9 @@ class GymBackend(Backend):
     name = "gym"
     builder = "topo.envs.gym:build"
     schema_keys = frozenset({"env_name", "from_pixels", "pixels_only", "frame_skip", "categorical_action_encoding"})
+    imports = ("gymnasium",)
+    distributions = ("gymnasium", "mujoco")
+    install_hint = 'pip install "topo[gym]"'
 
     def uses_gl(self, env_kwargs: Mapping[str, Any]) -> bool:
         return bool(env_kwargs.get("from_pixels"))

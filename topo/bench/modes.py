@@ -11,6 +11,10 @@ Each mode is the same plan with a different ``launch.construction``, start metho
 - ``fork``: env workers forked from their subcollector, which has torch and torchrl imported, has built
   no env and, with GL held off there (:mod:`topo.gl`), has loaded no GL library;
 - ``capped``: ``workers`` with ``max_concurrent_starts``.
+
+Every variant acts with random actions (a spec's ``policy`` is dropped: bench measures env startup, and a
+policy would cost every mode alike); :func:`with_model_cache` points a plan's model cache at the bench's own
+directory, which the bench empties for cold-cache runs.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from ..plan import preload_modules
 
 MODES = ("legacy", "homogeneous", "workers", "forkserver", "forkserver-preload", "fork", "capped")
 BASELINE = "legacy"
+DEFAULT = "forkserver-preload"  # what a spec gets unless it says otherwise (topology.start_method)
 
 
 def variant(plan: dict[str, Any], mode: str, cap: int | None = None) -> dict[str, Any]:
@@ -45,5 +50,21 @@ def variant(plan: dict[str, Any], mode: str, cap: int | None = None) -> dict[str
         out["start_methods"]["workers"] = "fork"
     elif mode == "capped":
         launch["max_concurrent_starts"] = cap or os.cpu_count() or 2
+    out["policy"] = None
     out["name"] = f"{plan['name']} [{mode}]"
+    return out
+
+
+def model_cache(plan: dict[str, Any]) -> bool:
+    """Whether the plan's builder caches compiled models (``env.options.model_cache`` on)."""
+    return bool((plan["env"].get("options") or {}).get("model_cache"))
+
+
+def with_model_cache(plan: dict[str, Any], directory: str) -> dict[str, Any]:
+    """``plan`` with its model cache, if on, in ``directory`` (every row's options, and the plan's)."""
+    if not model_cache(plan):
+        return plan
+    out = copy.deepcopy(plan)
+    for env in (out["env"], *(row["kwargs"]["env"] for sub in out["subcollectors"] for row in sub["workers"])):
+        env["options"] = {**env["options"], "model_cache": os.path.abspath(directory)}
     return out

@@ -1,4 +1,5 @@
-"""Run one bench measurement: a full ``topo launch`` of a plan variant, or one worker alone.
+"""Run one bench measurement: a full ``topo launch`` of a plan variant, or one worker alone; and the
+bench's model cache, warmed (``topo cache warm``) or emptied before a run.
 
 Each launch is the real command in a subprocess (ready, first batch, shutdown, report), sampled for
 the resident memory of its whole process tree while it runs.
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -45,14 +47,34 @@ def launch(plan_path: str, out_dir: str, batches: int, extra: list[str]) -> dict
 
 
 def single(plan_path: str) -> dict[str, Any]:
-    """One worker alone in a fresh process: process start + imports + construction + first reset."""
+    """One worker alone in a fresh process: process start, imports, construction, first reset."""
+    from .single import T0_VAR
+
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "topo.bench.single", plan_path], capture_output=True, text=True)
+    env = {**os.environ, T0_VAR: repr(time.time())}
+    done = subprocess.run([sys.executable, "-m", "topo.bench.single", plan_path], capture_output=True, text=True,
+                          env=env, stdin=subprocess.DEVNULL)
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"single-worker measurement failed:\n{done.stderr[-2000:]}")
     phases = json.loads(done.stdout.strip().splitlines()[-1])
     return {"wall_s": wall, **phases}
+
+
+def clear_cache(directory: str) -> None:
+    """Empty the bench's model cache: the next run starts cold."""
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def warm_cache(spec: str, assignments: list[str], directory: str) -> float:
+    """``topo cache warm SPEC --dir DIRECTORY``: every model of the plan compiled; returns the seconds it took."""
+    started = time.perf_counter()
+    command = [sys.executable, "-m", "topo.cli", "cache", "warm", spec, "--dir", directory,
+               *(a for pair in assignments for a in ("--set", pair))]
+    done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise RuntimeError(f"topo cache warm failed:\n{done.stderr[-2000:]}")
+    return time.perf_counter() - started
 
 
 def _tree(pid: int) -> tuple[int, int]:

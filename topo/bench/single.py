@@ -1,13 +1,24 @@
-"""One worker alone, in a fresh process: imports, construction, first reset. The cost the limit is built on.
+"""One worker alone, in a fresh process, in phases: the costs every lower bound is built on.
 
-    python -m topo.bench.single PLAN.json   # prints {"imports_s", "construct_s", "reset_s"} as JSON
-The parent adds the process start by timing the whole subprocess.
+    python -m topo.bench.single PLAN.json   # prints {"start_s", "imports_s", "construct_s", "reset_s", ...} as JSON
+
+``start_s``: from the parent's ``Popen`` (its ``time.time()`` in ``TOPO_BENCH_T0``) to this module's first line:
+the interpreter's start. ``imports_s``: torch, torchrl.envs and the builder module, what a preloading forkserver
+imports once for all its workers. ``construct_s`` and ``reset_s``: what no worker can share. Each phase also
+in CPU seconds of the process, all its threads (``*_cpu_s``): a software renderer spreads one worker's
+rendering over several cores, so a phase can take less wall time than the work it puts on the machine.
 """
 from __future__ import annotations
 
-import json
-import sys
 import time
+
+STARTED = time.time()
+
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+T0_VAR = "TOPO_BENCH_T0"
 
 
 def main(plan_path: str) -> None:
@@ -17,19 +28,23 @@ def main(plan_path: str) -> None:
     from topo import gl
 
     gl.hold()  # as under topo launch: torchrl imported with GL held, released by make_env
-    t0 = time.perf_counter()
+    marks = [(time.perf_counter(), time.process_time())]
     import torchrl.envs  # noqa: F401  (what every spawned worker imports)
 
     from topo.worker import import_builder, make_env
 
     import_builder(kwargs["builder"])
-    t1 = time.perf_counter()
+    marks.append((time.perf_counter(), time.process_time()))
     env = make_env(**kwargs)
-    t2 = time.perf_counter()
+    marks.append((time.perf_counter(), time.process_time()))
     env.reset()
-    t3 = time.perf_counter()
+    marks.append((time.perf_counter(), time.process_time()))
     env.close()
-    print(json.dumps({"imports_s": t1 - t0, "construct_s": t2 - t1, "reset_s": t3 - t2}))
+    out = {"start_s": STARTED - float(os.environ[T0_VAR]) if T0_VAR in os.environ else None,
+           "start_cpu_s": marks[0][1]}  # the process's CPU time up to here: interpreter start
+    for phase, (before, after) in zip(("imports", "construct", "reset"), zip(marks, marks[1:])):
+        out[f"{phase}_s"], out[f"{phase}_cpu_s"] = after[0] - before[0], after[1] - before[1]
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -15,19 +15,17 @@
   the gripper reset. A row without options gets the defaults.
 
 The resolved device is recorded on the env as ``env.topo_render_device``.
-Torch, torchrl and LIBERO are imported inside ``build`` only, so the EGL helpers are cheap to import.
+Torch, torchrl and LIBERO are imported inside ``build`` only.
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import json
 import os
 from pathlib import Path
 from typing import Any, Mapping
 
-EGL_CUDA_DEVICE_NV = 0x323A
-SCENE_FILE = Path("scenes") / "libero_tabletop_base_style.xml"  # the first asset a LIBERO env loads
+from topo.backends.libero import SCENE_FILE
+from topo.gl import egl_devices, gl_renderer, resolve_device, select
 
 
 def build(env: Mapping[str, Any], render_gpu: int | None = None, render_numbering: str | None = None,
@@ -55,7 +53,7 @@ def warm(env: Mapping[str, Any], directory: str | os.PathLike | None = None) -> 
     Returns the cache event (``result``: ``hit``, ``miss``, ``corrupt``...), or ``{"result": "disabled"}``."""
     kwargs = dict(env)
     options = builder_options(kwargs.pop("options", None))
-    label = f"{kwargs.get('task_suite')} task {kwargs.get('task_id')}"
+    label = model_label(env)
     cache = model_cache({**options, "model_cache": os.fspath(directory)} if directory is not None else options)
     if cache is None:
         return {"label": label, "result": "disabled"}
@@ -71,6 +69,11 @@ def warm(env: Mapping[str, Any], directory: str | os.PathLike | None = None) -> 
         except robosuite_scope.Warmed:
             return {"label": label, **state.cache_events[-1]}
     raise RuntimeError(f"{label}: LiberoEnv was built without compiling a MuJoCo model")
+
+
+def model_label(env: Mapping[str, Any]) -> str:
+    """How ``topo cache`` names the model of ``env``."""
+    return f"{env.get('task_suite')} task {env.get('task_id')}"
 
 
 def model_identity(env: Mapping[str, Any]) -> str:
@@ -104,9 +107,7 @@ def configure_rendering(render_gpu: int | None, numbering: str = "cuda", fallbac
     (torchrl's recipe restores it after construction): every later render context, e.g. at a hard reset,
     lands on the same GPU.
     """
-    gl = os.environ.setdefault("MUJOCO_GL", "egl").lower()
-    if gl in ("egl", "osmesa"):
-        os.environ.setdefault("PYOPENGL_PLATFORM", gl)
+    gl = select()
     device: dict[str, Any] = {"gl": gl, "numbering": None, "cuda_device": None, "egl_device": None, "fallback": None}
     if render_gpu is None:
         return device
@@ -118,67 +119,6 @@ def configure_rendering(render_gpu: int | None, numbering: str = "cuda", fallbac
         os.environ["CUDA_VISIBLE_DEVICES"] = device["fallback"]
     _point_robosuite_at(device["egl_device"])
     return device
-
-
-def resolve_device(render_id: int, numbering: str, fallback: bool, devices: list[int | None]) -> dict[str, Any]:
-    """Where ``render_id`` renders, given this process's EGL devices (each as the CUDA index it shows).
-
-    ``cuda``: the one EGL device showing CUDA device ``render_id``. ``egl``: EGL device ``render_id``; with
-    ``fallback``, an id the process's EGL devices do not reach (EGL scoped to CUDA_VISIBLE_DEVICES, as in
-    some containers) renders on EGL device 0 with ``CUDA_VISIBLE_DEVICES="<id>,0"`` (``"0"`` for id 0: the
-    extra entry only satisfies robosuite's check that the EGL id appears there), as vla_grpo's
-    ``render_gpu_device_zero_fallback`` does. Returns ``numbering``, ``cuda_device``, ``egl_device`` and
-    ``fallback`` (the CUDA_VISIBLE_DEVICES value to set, or None); raises RuntimeError when nothing matches.
-    """
-    listing = f"EGL devices -> CUDA index: {dict(enumerate(devices))}, " \
-              f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}"
-    if numbering == "cuda":
-        matches = [i for i, cuda in enumerate(devices) if cuda == render_id]
-        if len(matches) != 1:
-            raise RuntimeError(
-                f"no EGL device shows CUDA device {render_id} ({listing}); is the NVIDIA EGL driver installed "
-                "(libEGL_nvidia.so, /usr/share/glvnd/egl_vendor.d/10_nvidia.json)? `topo doctor` checks this host")
-        return {"numbering": "cuda", "cuda_device": render_id, "egl_device": matches[0], "fallback": None}
-    if numbering != "egl":
-        raise ValueError(f"unknown render device numbering {numbering!r} (cuda or egl)")
-    if render_id < len(devices):
-        return {"numbering": "egl", "cuda_device": devices[render_id], "egl_device": render_id, "fallback": None}
-    if fallback:
-        visible = str(render_id) if render_id == 0 else f"{render_id},0"
-        return {"numbering": "egl", "cuda_device": None, "egl_device": 0, "fallback": visible}
-    raise RuntimeError(
-        f"EGL device {render_id} does not exist: this process sees {len(devices)} EGL device(s) ({listing}); "
-        "if EGL here only shows the GPUs in CUDA_VISIBLE_DEVICES, set render_devices.device_zero_fallback: true")
-
-
-def egl_devices() -> list[int | None]:
-    """EGL devices in EGL order, each as the CUDA index it shows (None: not a CUDA GPU, e.g. Mesa).
-
-    ``EGL_CUDA_DEVICE_NV`` counts CUDA devices as this process sees them (after CUDA_VISIBLE_DEVICES);
-    EGL itself lists every device, in its own order.
-    """
-    lib = ctypes.CDLL(ctypes.util.find_library("EGL") or "libEGL.so.1")
-    lib.eglGetProcAddress.restype = ctypes.c_void_p
-    lib.eglGetProcAddress.argtypes = [ctypes.c_char_p]
-    query_devices_ptr = lib.eglGetProcAddress(b"eglQueryDevicesEXT")
-    query_attrib_ptr = lib.eglGetProcAddress(b"eglQueryDeviceAttribEXT")
-    if not query_devices_ptr or not query_attrib_ptr:
-        return []
-    query_devices = ctypes.CFUNCTYPE(ctypes.c_uint, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
-                                     ctypes.POINTER(ctypes.c_int))(query_devices_ptr)
-    query_attrib = ctypes.CFUNCTYPE(ctypes.c_uint, ctypes.c_void_p, ctypes.c_int,
-                                    ctypes.POINTER(ctypes.c_ssize_t))(query_attrib_ptr)
-    count = ctypes.c_int()
-    if not query_devices(0, None, ctypes.byref(count)) or count.value <= 0:
-        return []
-    handles = (ctypes.c_void_p * count.value)()
-    query_devices(count.value, handles, ctypes.byref(count))
-    out: list[int | None] = []
-    for handle in handles[:count.value]:
-        value = ctypes.c_ssize_t(-1)
-        out.append(int(value.value) if query_attrib(handle, EGL_CUDA_DEVICE_NV, ctypes.byref(value)) else None)
-    lib.eglGetError()  # clear EGL_BAD_ATTRIBUTE left by non-NVIDIA devices before robosuite checks errors
-    return out
 
 
 def _point_robosuite_at(egl_index: int) -> None:
@@ -245,14 +185,3 @@ def load_init_states(suite: str, task_id: int):
         return None
     with np.load(path, allow_pickle=False) as archive:
         return archive["states"]
-
-
-def gl_renderer() -> str | None:
-    """The GL renderer of the current context (e.g. ``llvmpipe`` = software), if one is current."""
-    try:
-        from OpenGL import GL
-
-        name = GL.glGetString(GL.GL_RENDERER)
-    except Exception:  # no current context, or PyOpenGL missing: nothing to report
-        return None
-    return name.decode() if isinstance(name, bytes) else None

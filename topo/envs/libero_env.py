@@ -14,6 +14,14 @@ making a soft reset start an episode exactly like a hard one:
   when the gripper model is built; with ``hard_reset: false`` an episode started from the previous one's
   gripper command (qpos off by up to 2.2e-4 from a hard reset, 11 of 4096 pixels at 64 px). Zeroed before
   every reset.
+- ``fixtures_by_init_state``: an init state sets qpos and qvel only; LIBERO places the fixtures
+  (``model.body_pos``, ``body_quat``) at every reset from numpy's global RNG, which ``set_seed`` seeds per
+  worker, so two workers of one GRPO group (same task, same init state, different seeds) started with
+  fixtures up to 1.5 cm apart. With the option, each reset draws numpy's global RNG from a stream seeded
+  by (suite, task, init state index), chosen before the reset, and gives the worker's own stream back
+  untouched afterwards: every reset from one init state starts alike in every worker, different init
+  states still differ, and the worker's seed rules everything else. Without init states (native random
+  resets) nothing changes.
 
 What the cache did is kept in ``env.topo_model_cache``; frames rendered and skipped while the options
 were on (construction and resets, with ``skip_unread_renders``) in ``env.topo_renders``.
@@ -21,7 +29,9 @@ were on (construction and resets, with ``skip_unread_renders``) in ``env.topo_re
 from __future__ import annotations
 
 import collections
-from typing import Any, Mapping
+import contextlib
+import zlib
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 from torchrl.envs import LiberoEnv
@@ -66,7 +76,7 @@ class TopoLiberoEnv(LiberoEnv):
         # robosuite counts a step at its start: the last settle step runs with timestep == settle
         state = Scope(cache=self._topo_cache, label=self._topo_label,
                       unread=(lambda: robosuite_env.timestep < settle) if lean else None)
-        with scope(state):
+        with scope(state), self._reset_randomness():
             out = super()._reset(tensordict, **kwargs)
         self._topo_reset_results.update(event["result"] for event in state.cache_events)
         self._count_renders(state)
@@ -76,8 +86,36 @@ class TopoLiberoEnv(LiberoEnv):
                                "sampling rate other than the control rate?); set env.options.skip_unread_renders: false")
         return out
 
+    _topo_chosen: tuple | None = None  # the init state chosen ahead of LiberoEnv's reset, for it to take
+
+    @contextlib.contextmanager
+    def _reset_randomness(self) -> Iterator[None]:
+        """With ``fixtures_by_init_state``: numpy's global RNG seeded by the episode's init state for the reset."""
+        if not self.topo_options.get("fixtures_by_init_state") or self.init_states is None:
+            yield
+            return
+        # LiberoEnv picks the init state after robosuite's reset has placed the fixtures: pick it first
+        self._topo_chosen = (super()._select_init_state(),)
+        saved = np.random.get_state()
+        np.random.seed(reset_seed(self.task_suite, self.task_id, self._current_init_state_index))
+        try:
+            yield
+        finally:
+            np.random.set_state(saved)
+            self._topo_chosen = None
+
+    def _select_init_state(self):
+        if self._topo_chosen is not None:
+            return self._topo_chosen[0]
+        return super()._select_init_state()
+
     def _count_renders(self, state: Scope) -> None:
         self.topo_renders += collections.Counter(made=sum(state.made.values()), skipped=sum(state.skipped.values()))
+
+
+def reset_seed(suite: str, task_id: int, init_state: int) -> "np.ndarray":
+    """The seed of a reset from ``init_state`` of ``suite``'s task ``task_id`` (four uint32 words)."""
+    return np.random.SeedSequence([zlib.crc32(str(suite).encode()), int(task_id), int(init_state)]).generate_state(4)
 
 
 def reset_grippers(robosuite_env) -> None:

@@ -6,7 +6,9 @@ from a compiled model and from a loaded one are equal, and runs from either are 
 version, the platform, the XML text and every file it references (path, size, mtime).
 
 Concurrency: of the processes that miss one key at once, the one holding ``<key>.lock`` (``fcntl.flock``,
-released by the kernel if its holder dies) compiles and saves; the others wait on the lock and load.
+released by the kernel if its holder dies) compiles and saves; the others wait on the lock, see that an
+entry was saved, and load it after releasing the lock, all at once (a load, with its size and crc32
+check, takes 0.3-1 s: loading under the lock would queue them).
 Entries are written to a temporary file and renamed; the ``.json`` (size and crc32) comes last, and a
 load checks both, so a truncated, garbled or half-written entry is recompiled and replaced. A cache
 that cannot be written only costs the compile. Layout and listing: :mod:`topo.model_cache`.
@@ -96,16 +98,25 @@ class ModelCache:
         model, corrupt = self._load(key)
         if model is not None:
             return model, self._event("hit", key, started)
+        seen = self._stamp(key) if corrupt else None  # the unsound description found, or no entry
         with self._locked(key) as waited:
             if waited is None:  # no lock file (read-only or missing directory): compile, keep nothing
                 return _compile(xml), self._event("unwritable", key, started)
-            model, corrupt = self._load(key)  # written by the process that held the lock before us?
-            if model is not None:
-                return model, self._event("hit", key, started, waited_s=waited)
-            compile_started = time.monotonic()
-            model = _compile(xml)
-            compile_s = time.monotonic() - compile_started
-            saved = self._save(key, model, label, compile_s)
+            now = self._stamp(key)
+            if now is None or now == seen:  # nobody saved it meanwhile: this process compiles
+                return self._compile_and_save(xml, key, label, started, corrupt, waited)
+        # saved by the process that held the lock: loaded with the lock released, alongside the other waiters
+        model, _ = self._load(key)
+        if model is not None:
+            return model, self._event("hit", key, started, waited_s=waited)
+        with self._locked(key) as again:  # saved unsound: compile it here
+            return self._compile_and_save(xml, key, label, started, True, again)
+
+    def _compile_and_save(self, xml: str, key: str, label: str, started: float, corrupt: bool, waited: float | None):
+        compile_started = time.monotonic()
+        model = _compile(xml)
+        compile_s = time.monotonic() - compile_started
+        saved = waited is not None and self._save(key, model, label, compile_s)
         result = "unwritable" if not saved else "corrupt" if corrupt else "miss"
         return model, self._event(result, key, started, compile_s=compile_s, waited_s=waited)
 
@@ -133,6 +144,14 @@ class ModelCache:
             return mujoco.MjModel.from_binary_path(str(binary)), False
         except Exception:  # MuJoCo's loader rejects a bad header or sizes with ValueError; anything else alike
             return None, True
+
+    def _stamp(self, key: str) -> tuple[int, int, int] | None:
+        """Which description file is there now (inode, mtime, size); None when there is none."""
+        try:
+            st = self.paths(key)[1].stat()
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
 
     def _intact(self, key: str) -> bool:
         binary, meta = self.paths(key)

@@ -31,18 +31,14 @@ def vla_grpo(config, overrides, out, strict):
     Its plan is the recipe's assignment, worker for worker. What a spec does not express (policy, inference
     server, replay, evaluation) is named on stderr and at the end of the spec; unknown keys are warned about.
     """
-    from ..errors import SpecError, TopoError
+    from ..errors import SpecError
     from ..render import diagnostics_text
     from . import hydra
     from .vla_grpo import convert
 
-    try:
-        imported = convert(hydra.read(config, overrides), os.path.basename(config))
-        if strict and imported.warnings:
-            raise SpecError(imported.warnings)
-    except TopoError as err:
-        click.echo(err.format(), err=True)
-        sys.exit(err.exit_code)
+    imported = convert(hydra.read(config, overrides), os.path.basename(config))
+    if strict and imported.warnings:
+        raise SpecError(imported.warnings)
     if imported.warnings:
         click.echo(diagnostics_text(imported.warnings), nl=False, err=True)
     for line in imported.left_out_lines():

@@ -1,4 +1,6 @@
 """``python -m topo.launch`` is ``topo launch``."""
-from .command import launch
+import sys
 
-launch(prog_name="topo launch")
+from ..cli import main
+
+main(["launch", *sys.argv[1:]], prog_name="topo")

@@ -7,9 +7,6 @@ Importing this module imports neither torch nor torchrl.
 """
 from __future__ import annotations
 
-import signal
-import sys
-
 import click
 
 
@@ -34,17 +31,17 @@ def launch(source, batches, policy_factory, report_dir, quiet, startup_timeout, 
            spec_path, allow_edited_plan):
     """Launch SOURCE (a spec, or a plan written by `topo plan -o`) and collect a few batches."""
     from .. import gl
-    from ..errors import Interrupted, TopoError
 
     gl.hold()  # before torch: this process builds no env, so it opens no GL display (topo.gl)
-    run, error = None, None
+    run = None
     try:
         from ..load import parse_assignments
         from . import plans
-        from .session import Run
 
         plan = plans.resolve(source, parse_assignments(assignments), spec_path, allow_edited=allow_edited_plan,
                              quiet=quiet)
+        from .session import Run  # torch: only for a plan that runs
+
         run = Run(plan, policy_factory=policy_factory, report_dir=report_dir, progress=not quiet,
                   progress_while_collecting=True, startup_timeout=startup_timeout,
                   max_concurrent_starts=max_concurrent_starts, process_logs=True)
@@ -54,12 +51,6 @@ def launch(source, batches, policy_factory, report_dir, quiet, startup_timeout, 
                 run.extra["batches_collected"] += 1
                 if run.extra["batches_collected"] >= batches:
                     break
-    except KeyboardInterrupt:
-        error = Interrupted(signal.SIGINT)
-    except TopoError as err:
-        error = err
-    if run is not None and run.report is not None and not quiet:
-        click.echo(str(run.report))
-    if error is not None:
-        click.echo(error.format(), err=True)
-        sys.exit(error.exit_code)
+    finally:  # the report first; the error (topo.cli's handler) after it
+        if run is not None and run.report is not None and not quiet:
+            click.echo(str(run.report))

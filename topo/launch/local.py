@@ -31,7 +31,7 @@ def subcollector_env(index: int, rows: list[dict], start_method: str, launch: di
 
     from topo.worker import make_env
 
-    observe.set_subcollector(index)
+    observe.set_subcollector(index, rows[0]["kwargs"].get("backend") if rows else None)
     run = RunDir.current()
     if run is not None:
         if os.getpid() != os.getpgid(0):

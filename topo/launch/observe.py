@@ -3,9 +3,9 @@ against the plan.
 
 :func:`hook` is the ``post_collect_hook`` topo gives the collector: it runs inside each subcollector on
 each of its batches and replaces that subcollector's ``observed/`` record (so attribution is exact, in
-sync and async mode alike). :func:`check` is pure and runs in the trainer. ``language_instruction``,
-``group_id`` and ``policy_version`` are what ToyVLAEnv, LiberoEnv and topo's policies emit; a backend
-without them (gym) leaves nothing to check.
+sync and async mode alike). :func:`check` is pure and runs in the trainer. The batch keys that show a
+worker's instruction and group are its backend's (:attr:`topo.backends.Backend.batch_keys`), and
+``policy_version`` is what topo's policies emit; a backend without such keys (gym) leaves nothing to check.
 """
 from __future__ import annotations
 
@@ -20,9 +20,15 @@ from ..rundir import RunDir, restart_number
 _here: dict[str, Any] = {}  # in a subcollector process: its index and its batch count
 
 
-def set_subcollector(index: int) -> None:
-    """Called by the subcollector's env factory: the index :func:`hook` reports under."""
-    _here.update(index=index, batches=0, first=None, first_time=None)
+def set_subcollector(index: int, backend: str | None) -> None:
+    """Called by the subcollector's env factory: the index :func:`hook` reports under, and its backend's batch keys."""
+    from ..backends import BatchKeys, get_backend
+
+    try:
+        keys = get_backend(backend).batch_keys if backend else BatchKeys()
+    except LookupError:
+        keys = BatchKeys()
+    _here.update(index=index, keys=keys, batches=0, first=None, first_time=None)
 
 
 def hook(batch: Any, user_hook: Callable | None = None) -> None:
@@ -35,7 +41,7 @@ def hook(batch: Any, user_hook: Callable | None = None) -> None:
     if run is not None and "index" in _here:
         _here["batches"] += 1
         if _here["first"] is None:
-            _here.update(first=[_worker(batch[w]) for w in range(batch.shape[0])], first_time=time.time())
+            _here.update(first=[_worker(batch[w], _here["keys"]) for w in range(batch.shape[0])], first_time=time.time())
         versions = batch.get("policy_version", None)
         k = restart_number()
         run.put("observed", f"sub{_here['index']}" + (f".r{k}" if k else ""), subcollector=_here["index"],
@@ -58,12 +64,12 @@ def hooks_with(pre: Callable | None, post: Callable | None) -> dict[str, Callabl
             "post_collect_hook": functools.partial(hook, user_hook=post) if post is not None else hook}
 
 
-def _worker(td: Any) -> dict:
+def _worker(td: Any, keys: Any) -> dict:
     seen: dict[str, list] = {}
-    instructions = td.get("language_instruction", None)
+    instructions = td.get(keys.instruction, None) if keys.instruction else None
     if instructions is not None:
         seen["instructions"] = sorted(set(_flatten(instructions.tolist())))
-    group_ids = td.get("group_id", None)
+    group_ids = td.get(keys.group, None) if keys.group else None
     if group_ids is not None:
         seen["groups"] = sorted({int(g) // GROUP_BLOCK for g in group_ids.flatten().tolist()})
     return seen

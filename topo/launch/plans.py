@@ -43,7 +43,7 @@ def check_plan(plan: Any, *, allow_edited: bool = False, name: str = "<plan>") -
 
 def check_fresh(plan: Mapping[str, Any], spec_path: str | None) -> str | None:
     """Raise :class:`StalePlanError` unless the plan can run; returns the spec file it was checked against."""
-    from .. import load
+    from ..load import load
 
     planfile.check_compatible(plan)
     recorded = plan.get("spec") or {}
@@ -73,7 +73,9 @@ def resolve(source: Any, variables: Mapping[str, str] | None = None, spec_path: 
 
     Compiler warnings and notes go to stderr, as ``topo plan`` prints them (``quiet``: errors only).
     """
-    from .. import compile_source, load, render
+    from .. import render
+    from ..load import load
+    from ..plan import compile_source
 
     def say(diagnostics: list[Diagnostic]) -> None:
         if diagnostics and not quiet:

@@ -35,6 +35,7 @@ from typing import Any, Callable
 
 from .. import gl
 from ..errors import Interrupted, TopoError, UsageError
+from ..plan import engine
 from ..rundir import RUN_DIR_VAR, SLOTS_VAR, RunDir
 from . import failure as failures, observe, plans, processes, watcher
 from .monitor import Monitor
@@ -67,7 +68,7 @@ class _Signalled(BaseException):
 
 def engine_for(plan: dict[str, Any]):
     """The engine that runs the plan's subcollectors: ``local`` processes or ``ray`` actors."""
-    if (plan.get("placement") or {}).get("engine", "local") == "ray":
+    if engine(plan) == "ray":
         from .ray_collector import RayEngine
 
         return RayEngine()

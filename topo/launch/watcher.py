@@ -17,23 +17,21 @@ import subprocess
 import sys
 import time
 
+from .. import child
 from . import processes
 
 TERM_GRACE_S = 3.0
 TRACKER_GRACE_S = 5.0  # a resource tracker exits by itself once its users are gone; then it is killed
 ROUNDS = 3  # scans, in case a process started while the previous round was ending others
-#: ``python -c BOOT TOPO_PARENT RUN_DIR TRAINER_PID TEMPORARY``: the trainer's topo, whatever the working directory
-BOOT = "import sys; sys.path[0] = sys.argv[1]; from topo.launch.watcher import main; sys.exit(main(sys.argv[2:]))"
+#: run as ``BOOT RUN_DIR TRAINER_PID TEMPORARY`` (:func:`topo.child.command`: the trainer's topo, whatever the working directory)
+BOOT = "from topo.launch.watcher import main; sys.exit(main(sys.argv[1:]))"
 
 
 def start(run_dir: str, temporary: bool) -> subprocess.Popen:
     """Start the watcher of ``run_dir`` for this process; write ``b"done\\n"`` to its stdin at the end."""
-    import topo
-
-    parent = os.path.dirname(os.path.dirname(os.path.abspath(topo.__file__)))
     env = {k: v for k, v in os.environ.items() if k != processes.RUN_DIR_VAR}  # not a process of the run itself
     with open(os.path.join(run_dir, "watcher.log"), "wb") as log:
-        return subprocess.Popen([sys.executable, "-c", BOOT, parent, run_dir, str(os.getpid()), "1" if temporary else "0"],
+        return subprocess.Popen(child.command(BOOT, run_dir, str(os.getpid()), "1" if temporary else "0"),
                                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True, close_fds=True)
 

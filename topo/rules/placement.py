@@ -1,0 +1,119 @@
+"""Rules on the placement section, checked on paper: what ``placement.engine: ray`` asks of the cluster."""
+from __future__ import annotations
+
+from ..diagnostics import Diagnostic, error, ids_text, warning
+from ..placement import Resources, fits, pack, resources
+from ..spec import Node, Spec
+from .context import Context
+
+
+def placement(spec: Spec, ctx: Context) -> list[Diagnostic]:
+    """Ray placements that fit: overrides name real subcollectors, requests fit the workers and the declared nodes."""
+    if not spec.wrote("placement"):
+        return []
+    memory_per_worker_gb = ctx.backend.memory_per_worker_gb if ctx.backend is not None else None
+    path = ("placement",)
+    out: list[Diagnostic] = []
+    if spec.placement.engine == "local":
+        extra = sorted({p[1] for p in spec.written if len(p) == 2 and p[0] == "placement"} - {"engine"})
+        if extra:
+            out.append(warning("placement-ignored", f"engine 'local' ignores {', '.join(extra)}", path + (extra[0],),
+                               "set engine: ray to place subcollectors on a cluster"))
+        return out
+    for i, override in enumerate(spec.placement.overrides):
+        bad = [c for c in override.subcollectors if not 0 <= c < spec.subcollectors]
+        if bad:
+            out.append(error("placement-unknown-subcollector", f"override {i} names subcollector(s) {bad}, but there are "
+                             f"{spec.subcollectors} (0-{spec.subcollectors - 1})", path + ("overrides", i, "subcollectors"),
+                             f"use indices 0-{spec.subcollectors - 1}"))
+    if len(spec.workers) < spec.subcollectors:
+        return out  # workers-list-length: some subcollectors have no worker count to check against
+    requests = resources(spec)
+    kinds = spec.placement.nodes
+    found: dict[tuple, list[int]] = {}  # the same problem in several subcollectors is one diagnostic
+
+    def add(make, code, message, where, hint, c):
+        found.setdefault((make, code, message, where, hint), []).append(c)
+
+    for c, r in enumerate(requests):
+        gpu = spec.render_gpus[c % len(spec.render_gpus)] if spec.render_gpus else None
+        where = _resource_path(spec, c)
+        if gpu is not None and spec.render_numbering == "cuda" and r.gpus < gpu + 1:  # EGL ids count the node's devices
+            add(error, "placement-render-gpu-not-visible",
+                f"{{who}} {{renders}} on GPU {gpu} but {{asks}} for {r.gpus:g} GPU(s); a Ray actor sees only its own "
+                f"GPUs, numbered from 0 (it needs gpus >= {gpu + 1})",
+                where + ("gpus",), "ask for GPUs in placement.resources, and use render_gpus: [0] for one GPU per actor", c)
+        m = spec.workers[c]
+        if r.cpus < 1:
+            add(error, "placement-cpus", f"{{who}} {{asks}} for {r.cpus:g} CPUs; an actor process needs at least 1",
+                where + ("cpus",), f"ask for {m + 1} CPUs ({m} workers + the subcollector)", c)
+        elif r.cpus < m + 1:
+            add(warning, "placement-cpus-oversubscribed", f"{{who}} {{runs}} {m} worker processes + 1 on {r.cpus:g} "
+                f"CPU(s) ({(m + 1) / r.cpus:.1f} processes per CPU)", where + ("cpus",),
+                f"ask for {m + 1} CPUs, or accept the contention", c)
+        if memory_per_worker_gb and r.memory_gb is not None and r.memory_gb < m * memory_per_worker_gb:
+            add(warning, "placement-memory", f"{{who}} {{asks}} for {r.memory_gb:g} GB for {m} workers x "
+                f"~{memory_per_worker_gb:g} GB = {m * memory_per_worker_gb:g} GB", where + ("memory_gb",),
+                f"ask for at least {m * memory_per_worker_gb:g} GB", c)
+        if kinds and not any(fits(kind, r, {}) for kind in kinds):
+            add(error, "placement-unsatisfiable", f"{{who}} {{asks}} for {_describe(r)}, more than any declared node "
+                f"has ({_shortfall(r, kinds)})", where, "ask for less, or declare a larger node", c)
+    for (make, code, message, where, hint), subs in found.items():
+        who = f"subcollector {subs[0]}" if len(subs) == 1 else f"subcollectors {ids_text(subs)}"
+        one = len(subs) == 1
+        verbs = {verb: verb + "s" if one else verb for verb in ("ask", "render", "run")}
+        out.append(make(code, message.format(who=who, asks=verbs["ask"], renders=verbs["render"], runs=verbs["run"]),
+                        where, hint))
+    if kinds:
+        out += _paper_check(spec, requests, kinds)
+    return out
+
+
+def _paper_check(spec: Spec, requests: list[Resources], kinds: tuple[Node, ...]) -> list[Diagnostic]:
+    """Every request fits some node alone; do they fit all together?"""
+    out = []
+    path = ("placement", "nodes")
+    if not all(any(fits(kind, r, {}) for kind in kinds) for r in requests):
+        return out
+    where = pack(requests, kinds)
+    homeless = [c for c, n in enumerate(where) if n is None]
+    if homeless:
+        keys = ["cpus", "gpus", "memory_gb"] + sorted({k for r in requests for k, _ in r.custom})
+        total = {key: sum(_amount(r, key) for r in requests) for key in keys}
+        cap = {key: sum((kind.capacity(key) or 0) * kind.count for kind in kinds) for key in keys}
+        arithmetic = ", ".join(f"{key} {total[key]:g} asked / {cap[key]:g} declared" for key in keys if total[key])
+        out.append(error("placement-unsatisfiable", f"subcollector(s) {ids_text(homeless)} fit on no node once the others "
+                         f"are placed ({arithmetic})", path, "declare more nodes, or ask for less per subcollector"))
+    return out
+
+
+def _amount(r: Resources, key: str) -> float:
+    if key in ("cpus", "gpus", "memory_gb"):
+        return getattr(r, key) or 0
+    return dict(r.custom).get(key, 0)
+
+
+def _shortfall(r: Resources, kinds: tuple[Node, ...]) -> str:
+    best = max(kinds, key=lambda k: ((k.gpus or 0) >= r.gpus, k.cpus or 0))
+    parts = []
+    for key, amount in (("cpus", r.cpus), ("gpus", r.gpus), ("memory_gb", r.memory_gb or 0), *r.custom):
+        cap = best.capacity(key)
+        if amount and cap is not None and amount > cap:
+            parts.append(f"{key} {amount:g} > {cap:g} on {best.name}")
+    return "; ".join(parts) or "no single node has all of it"
+
+
+def _describe(r: Resources) -> str:
+    text = f"{r.cpus:g} CPUs, {r.gpus:g} GPUs"
+    if r.memory_gb is not None:
+        text += f", {r.memory_gb:g} GB"
+    for key, amount in r.custom:
+        text += f", {key} {amount:g}"
+    return text
+
+
+def _resource_path(spec: Spec, c: int) -> tuple:
+    for i, override in enumerate(spec.placement.overrides):
+        if c in override.subcollectors:
+            return ("placement", "overrides", i, "resources")
+    return ("placement", "resources")

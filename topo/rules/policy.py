@@ -1,0 +1,34 @@
+"""Rules on the policy section."""
+from __future__ import annotations
+
+import importlib.util
+
+from ..diagnostics import Diagnostic, error
+from ..spec import Spec
+from .context import Context
+
+
+def policy(spec: Spec, ctx: Context) -> list[Diagnostic]:
+    """The policy factory can be imported here; its options fit its placement."""
+    p = spec.policy
+    if p is None:
+        return []
+    out = []
+    module = p.factory.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        out.append(error("policy-factory-not-found", f"module {module!r} of policy factory {p.factory!r} is not importable",
+                         ("policy", "factory"), "put its folder on PYTHONPATH, or install its package"))
+    if p.placement == "server" and spec.wrote("policy", "weight_sync"):
+        out.append(error("policy-weight-sync-with-server", "weight_sync chooses how subcollector copies receive weights; "
+                         "with placement: server, weights go to the server", ("policy", "weight_sync"),
+                         "remove weight_sync, or use placement: subcollector"))
+    engine = spec.placement.engine
+    if p.placement == "server" and engine != "local":
+        out.append(error("policy-server-not-local", f"placement: server runs one inference server on this machine; "
+                         f"placement.engine {engine!r} spreads subcollectors over nodes", ("policy", "placement"),
+                         "use placement: subcollector (each actor builds its copy)"))
+    return out
