@@ -26,12 +26,16 @@ def groups(batch) -> list[int]:
 
 
 def target(run, what: str) -> int:
-    """The pid ``worker:C:W`` or ``subcollector:C`` names, in the subcollector's current start."""
+    """The pid ``worker:C:W`` or ``subcollector:C`` names, in the subcollector's current start (once the
+    run's monitor has read it: async batches can come before it read every record)."""
     kind, *where = what.split(":")
     c = int(where[0])
-    if kind == "subcollector":
-        return run.state.subcollectors[c].pid
-    return run.state.workers[(c, int(where[1]))].pid
+    for _ in range(100):
+        pid = run.state.subcollectors[c].pid if kind == "subcollector" else run.state.workers[(c, int(where[1]))].pid
+        if pid is not None:
+            return pid
+        time.sleep(0.05)
+    raise RuntimeError(f"no pid for {what}")
 
 
 def main() -> None:

@@ -11,10 +11,11 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 import topo
-from topo.rundir import RunDir
+from topo.rundir import RESTART_VAR, RUN_DIR_VAR, RunDir
 
 from tests.launch.launch_helpers import (HANG_GUARD_S, HERE, LAUNCH_LIMITS, alive, launch, subprocess_env, summary,
                                          toy_spec, user_spec, wait_for, write)
@@ -52,7 +53,19 @@ def assert_nothing_left(report: dict, t_end: float) -> None:
     pids = set(p["started"]) | {pid for pid in p["worker_pids"] + p["subcollector_pids"] if pid}
     for r in report["restarts"]:
         pids |= {pid for pid in [r["replaced"]["subcollector"], *r["replaced"]["workers"]] if pid}
-    assert alive(pids, t_end) == []
+    left = alive(pids, t_end)
+    assert left == [], [_describe(pid) for pid in left]
+
+
+def _describe(pid: int) -> dict:
+    """What a process left behind is, for the failure message."""
+    try:
+        proc = psutil.Process(pid)
+        return {"pid": pid, "status": proc.status(), "ppid": proc.ppid(), "cmdline": proc.cmdline()[:4],
+                "created": proc.create_time(), "run_dir": proc.environ().get(RUN_DIR_VAR),
+                "restart": proc.environ().get(RESTART_VAR)}
+    except psutil.Error as exc:
+        return {"pid": pid, "error": repr(exc)}
 
 
 def test_a_killed_worker_restarts_its_subcollector_with_its_plan_rows_and_the_pushed_weights(tmp_path):

@@ -169,11 +169,12 @@ class Recovery:
                 processes.kill(p)
         self._graves.append((proc, time.monotonic() + EXIT_GRACE_S))
 
-    def bury(self) -> None:
-        """End what is left of retired subcollectors: each one's process group once it exited or its grace passed."""
+    def bury(self, *, now: bool = False) -> None:
+        """End what is left of retired subcollectors: each one's process group once it exited or its grace
+        passed (``now``: at once)."""
         for grave in list(self._graves):
             proc, deadline = grave
-            if proc.is_alive() and time.monotonic() < deadline:
+            if proc.is_alive() and time.monotonic() < deadline and not now:
                 continue
             for p in processes.of_run(self.state.run.path, self.state.trainer_pid):
                 if p.pid == proc.pid or processes.in_group(p, proc.pid):
@@ -194,9 +195,9 @@ class Recovery:
         self._graves.append((proc, time.monotonic()))
 
     def close(self) -> None:
-        """At teardown: reap the retired subcollector processes (the run ends whatever else is left)."""
-        for proc, _ in self._graves:
-            proc.join(POLL_S)
+        """At teardown: end the retired subcollectors still there, in their grace or not, with their process
+        groups (their forkservers), so that the run leaves none of them behind."""
+        self.bury(now=True)
         self._graves.clear()
 
     def begin(self, index: int) -> tuple[int, Callable, Callable | None, Any]:
