@@ -207,3 +207,16 @@ def test_the_monitor_bell_rings_at_a_verdict(tmp_path):
     threading.Thread(target=monitor.judge, args=(failure.decide(state),)).start()
     assert select.select([monitor.bell], [], [], 5)[0] == [monitor.bell]
     assert os.read(monitor.bell, 8) == b"!"
+
+
+def test_a_death_seen_while_its_reap_hides_the_status_is_read_again(monkeypatch):
+    """Neither the pidfd nor /proc tells, for a moment: the status is read again, not given up."""
+    from topo.launch import processes
+
+    answers = iter([None, None, None, 9])  # the pidfd tells at its fourth reading (9: the wait status of SIGKILL)
+    monkeypatch.setattr(processes, "_reaped_status", lambda fd: next(answers))
+    monkeypatch.setattr(processes, "_zombie_status", lambda pid: None)
+    assert processes.exit_status(1234, pidfd=5) == "killed by SIGKILL"
+    monkeypatch.setattr(processes, "_reaped_status", lambda fd: None)
+    assert processes.exit_status(1234, pidfd=5) is None  # never told: unknown, after EXIT_STATUS_RETRY_S
+    assert processes.exit_status(1234) is None  # no pidfd: /proc was the only chance
