@@ -101,6 +101,8 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
             "startup_timeout": spec.startup_timeout,
             "shutdown_timeout": spec.shutdown_timeout,
             "max_concurrent_starts": spec.max_concurrent_starts,
+            "restarts": {"max": spec.restarts_max, "window": spec.restarts_window},
+            "hang_timeout": spec.hang_timeout,
             "metadata_from_workers": spec.metadata_from_workers,
             "use_buffers": spec.use_buffers,
             "preload": preload_modules(backend.builder) if spec.start_workers == "forkserver" and spec.preload else None,

@@ -21,6 +21,7 @@ from typing import Any, Iterator
 
 RUN_DIR_VAR = "TOPO_RUN_DIR"
 SLOTS_VAR = "TOPO_MAX_CONCURRENT_STARTS"
+RESTART_VAR = "TOPO_RESTART"  # set in the processes of a restarted subcollector: its restart number
 HOST = socket.gethostname()  # a pid means something only on the host that wrote it (Ray nodes)
 
 
@@ -38,13 +39,15 @@ class RunDir:
         return cls(path) if path else None
 
     def write(self, folder: str, name: str, **fields: Any) -> None:
-        """Atomically write ``{name, pid, ppid, host, time, **fields}`` as a new file under ``folder``."""
+        """Atomically write ``{name, pid, ppid, host, time, restart, **fields}`` as a new file under ``folder``."""
         self._dump(folder, f"{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.json",
-                   {"name": name, "pid": os.getpid(), "ppid": os.getppid(), "host": HOST, "time": time.time(), **fields})
+                   {"name": name, "pid": os.getpid(), "ppid": os.getppid(), "host": HOST, "time": time.time(),
+                    "restart": restart_number(), **fields})
 
     def put(self, folder: str, name: str, **fields: Any) -> None:
-        """Atomically replace ``folder/name.json`` with ``{name, pid, host, time, **fields}``."""
-        self._dump(folder, f"{name}.json", {"name": name, "pid": os.getpid(), "host": HOST, "time": time.time(), **fields})
+        """Atomically replace ``folder/name.json`` with ``{name, pid, host, time, restart, **fields}``."""
+        self._dump(folder, f"{name}.json", {"name": name, "pid": os.getpid(), "host": HOST, "time": time.time(),
+                                                "restart": restart_number(), **fields})
 
     def _dump(self, folder: str, file: str, record: dict) -> None:
         where = os.path.join(self.path, folder)
@@ -106,6 +109,11 @@ class RunDir:
         finally:
             for f in files:
                 f.close()  # closing releases the lock
+
+
+def restart_number() -> int:
+    """0 in the processes a run started first; k in those of a subcollector's k-th restart (and its workers)."""
+    return int(os.environ.get(RESTART_VAR) or 0)
 
 
 def _try_lock(f) -> bool:

@@ -118,6 +118,9 @@ class Spec:
     startup_timeout: float
     shutdown_timeout: float | None
     max_concurrent_starts: int | None
+    restarts_max: int  # subcollector restarts allowed while collecting (0: a failure ends the run)
+    restarts_window: float | None  # ... within any window of this many seconds (None: the whole run)
+    hang_timeout: float | None  # seconds in one env step (or a subcollector without a step) that make a hang
     metadata_from_workers: bool
     use_buffers: bool
     policy: Policy | None = None
@@ -217,6 +220,9 @@ def from_data(data: Mapping[str, Any]) -> Spec:
         startup_timeout=float(launch.get("startup_timeout", DEFAULT_STARTUP_TIMEOUT)),
         shutdown_timeout=launch.get("shutdown_timeout"),
         max_concurrent_starts=launch.get("max_concurrent_starts"),
+        restarts_max=(launch.get("restarts") or {}).get("max", 0),
+        restarts_window=(launch.get("restarts") or {}).get("window"),
+        hang_timeout=launch.get("hang_timeout"),
         metadata_from_workers=launch.get("metadata_from_workers", True),
         use_buffers=launch.get("use_buffers", False),
         policy=Policy(policy["factory"], dict(policy.get("kwargs") or {}), policy.get("placement", "subcollector"),

@@ -6,7 +6,7 @@ import time
 import traceback
 from typing import Any
 
-from . import gl
+from . import gl, heartbeat
 from .rundir import RunDir, record_close
 
 
@@ -27,8 +27,9 @@ def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: in
 
     ``backend`` names the env family (informational); ``worker`` locates the row in the plan.
 
-    Under ``topo launch`` it also writes ``started``/``constructed``/``failed``/``closed`` markers and
-    waits for a start slot when ``max_concurrent_starts`` is set.
+    Under ``topo launch`` it also writes ``started``/``constructed``/``failed``/``closed`` markers, stamps
+    each env step in the subcollector's beats file (:mod:`topo.heartbeat`) and waits for a start slot
+    when ``max_concurrent_starts`` is set.
     """
     inherited_gl = gl.loaded_libraries()  # before the builder: from a parent (fork, forkserver) or an import
     gl.release()
@@ -49,6 +50,7 @@ def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: in
                render_device=getattr(instance, "topo_render_device", None),
                model_cache=getattr(instance, "topo_model_cache", None))
     record_close(instance, run, where)
+    heartbeat.watch(instance, run, where)
     return instance
 
 

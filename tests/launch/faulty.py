@@ -37,6 +37,42 @@ def hanging(*, fault_seed=None, seed, ignore_sigterm=False, **kwargs):
     return toy(seed=seed, **kwargs)
 
 
+def raising_when_restarted(*, fault_seed, stride, seed, **kwargs):
+    """``toy``; but the worker planned with ``fault_seed`` raises in every restart of its subcollector
+    (restart k gives it seed ``fault_seed + k * stride``, the stride being the plan's worker count)."""
+    if seed > fault_seed and (seed - fault_seed) % stride == 0:
+        raise RuntimeError(f"planted failure in a restarted worker (seed {seed})")
+    return toy(seed=seed, **kwargs)
+
+
+def hanging_step(*, fault_seed, after_steps, seed, **kwargs):
+    """``toy``, whose env step never returns after ``after_steps`` steps in the worker with ``fault_seed``."""
+    return _after_steps(toy(seed=seed, **kwargs), after_steps if seed == fault_seed else None,
+                        lambda: time.sleep(3600))
+
+
+def dying_step(*, fault_seed, after_steps, seed, **kwargs):
+    """``toy``, whose worker with ``fault_seed`` SIGKILLs itself in step ``after_steps + 1`` (a restart
+    reseeds it: it lives)."""
+    return _after_steps(toy(seed=seed, **kwargs), after_steps if seed == fault_seed else None,
+                        lambda: os.kill(os.getpid(), signal.SIGKILL))
+
+
+def _after_steps(env, after_steps, fault):
+    """``env``, calling ``fault()`` in each step past the first ``after_steps`` (None: never)."""
+    if after_steps is not None:
+        step, calls = env._step, [0]
+
+        def _step(tensordict):
+            calls[0] += 1
+            if calls[0] > after_steps:
+                fault()
+            return step(tensordict)
+
+        env._step = _step
+    return env
+
+
 def failing_policy(**_):
     raise RuntimeError("planted failure in the policy factory")
 

@@ -36,6 +36,17 @@ def worker_pid(run, subcollector: int, index: int) -> int:
     return pid
 
 
+def rows_seen(batch) -> list[list[dict]]:
+    """Per subcollector, per worker of a sync batch ``[C, M, T]``: the instructions and group blocks seen."""
+    def flat(value):
+        value = value.tolist() if hasattr(value, "tolist") else value
+        return [value] if isinstance(value, str) else [x for item in value for x in flat(item)]
+
+    return [[{"instructions": sorted(set(flat(batch[c, w]["language_instruction"]))),
+              "groups": sorted({int(g) // 10**6 for g in batch[c, w]["group_id"].flatten().tolist()})}
+             for w in range(batch.shape[1])] for c in range(batch.shape[0])]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("spec")
@@ -43,6 +54,7 @@ def main() -> None:
     parser.add_argument("--weight-sync", default="shared_mem")
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--report")
+    parser.add_argument("--restarts", type=int, default=0, help="launch.restarts max")
     parser.add_argument("--then", default="ok",
                         choices=["ok", "raise", "kill-worker", "kill-subcollector-then-update", "skip-first-update"])
     args = parser.parse_args()
@@ -58,6 +70,7 @@ def main() -> None:
     kwargs = (plan["policy"] or {}).get("kwargs") or {"action_dim": 4, "image_size": 16, "state_dim": 8}
     plan["policy"] = {"factory": "topo.policies.tinyvla:make", "kwargs": kwargs, "placement": args.placement,
                       "device": None, "weight_sync": args.weight_sync}
+    plan["launch"]["restarts"] = {"max": args.restarts, "window": None}
     policy = make(**kwargs)
     optim = torch.optim.SGD(policy.parameters(), lr=0.1)
     emit(event="before", state=process_state())
@@ -72,11 +85,14 @@ def main() -> None:
                     expected = policy.mean(flat)
                 emit(event="batch", iteration=i, shape=list(batch.shape),
                      versions=sorted({int(v) for v in batch["policy_version"].flatten().tolist()}),
-                     diff=float((expected - flat["action"]).abs().max()))
+                     diff=float((expected - flat["action"]).abs().max()), rows=rows_seen(batch),
+                     restarts=[(r["subcollector"], r["outcome"]) for r in run.restarts])
                 if args.then == "raise":
                     raise ValueError("the training step failed")
                 if args.then == "kill-worker" and i == 0:
-                    os.kill(worker_pid(run, 1, 1), signal.SIGKILL)
+                    victim = worker_pid(run, 1, 1)
+                    os.kill(victim, signal.SIGKILL)
+                    emit(event="killed", pid=victim)
                 if args.then == "kill-subcollector-then-update":
                     os.kill(run.state.subcollectors[0].pid, signal.SIGKILL)
                     time.sleep(0.5)
@@ -96,7 +112,7 @@ def main() -> None:
              row=err.row, exit_code=err.exit_code)
     except ValueError as err:
         emit(event="loop-error", message=str(err))
-    emit(event="after", state=process_state(), report=run.report.data if run.report else None)
+    emit(event="after", state=process_state(), report=run.report.data if run.report else None, restarts=run.restarts)
     print(run.report, file=sys.stderr)
 
 

@@ -1,21 +1,26 @@
 """A failure as a value: what went wrong first, where, with the plan row and the traceback.
 
 :func:`decide` is the one place that reads a :class:`~topo.launch.state.RunState` and names the
-culprit. It is pure: the monitor calls it while the run goes on, the trainer once more when torchrl
-raises, and the unit tests on fabricated records. Blame never depends on the order in which things
+culprit; :func:`hung` reads the step heartbeats. Both are pure: the monitor calls them while the run
+goes on, and the unit tests on fabricated records. Blame never depends on the order in which things
 were noticed: every candidate carries the time it happened (a failed marker's time, a death's pidfd
-time), and the earliest wins; at one instant, a worker before its subcollector before the server.
+time, the moment a step passed its deadline), and the earliest wins; at one instant, a worker before
+its subcollector before the server. Only the current start of each subcollector is read: what a
+retired one did after it was replaced caused nothing.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from ..errors import LaunchError
 from .state import RunState, Worker
 
 #: at one instant, who is the more likely cause
-_RANK = {"builder-raised": 0, "worker-died": 1, "policy-failed": 2, "subcollector-died": 3, "server-died": 4}
+_RANK = {"builder-raised": 0, "worker-died": 1, "worker-hung": 2, "policy-failed": 3, "subcollector-died": 4,
+         "subcollector-hung": 5, "subcollector-failed": 6, "restart-timeout": 7, "server-died": 8}
+#: what a restart of the subcollector can cure (a policy failure only in a subcollector, not in the server)
+RESTARTABLE = frozenset(_RANK) - {"server-died"}
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,12 @@ class Failure:
     pid: int | None = None
     how: str | None = None  # "killed by SIGKILL", "exit code 3"
     traceback: str | None = None
+    restart: int = 0  # the start of the subcollector it happened in (0: the first)
+
+    @property
+    def restartable(self) -> bool:
+        """A restart of its subcollector can cure it."""
+        return self.subcollector is not None and self.kind in RESTARTABLE
 
     def error(self) -> LaunchError:
         err = LaunchError(self.message, subcollector=self.subcollector, worker=self.worker, row=self.row,
@@ -56,35 +67,85 @@ def decide(state: RunState, until: float | None = None) -> Failure | None:
 
 
 def _candidates(state: RunState):
-    subs = state.subcollectors
     for w in state.workers.values():
         if w.failed:
             last = w.failed.strip().splitlines()[-1]
-            yield _at_worker(w, "builder-raised", f"env worker failed during construction: {last}", w.failed_at,
-                             traceback=w.failed)
+            yield _at_worker(w, "builder-raised", f"env worker failed during construction{_in(w.restart)}: {last}",
+                             w.failed_at, traceback=w.failed)
         elif w.died is not None and not w.closed:
-            when = "while collecting" if w.constructed else "during construction"
+            when = "while collecting" if w.constructed else f"during construction{_in(w.restart)}"
             how = w.died.how or "exit status unknown"
             yield _at_worker(w, "worker-died", f"env worker died {when} without a traceback ({how}, pid {w.pid})",
                              w.died.time, how=w.died.how)
-    for p in state.policies:
-        where = "the policy server" if p.role == "server" else f"subcollector {p.subcollector}"
+    for p in state.current_policies():
+        where = "the policy server" if p.role == "server" else f"subcollector {p.subcollector}{_in(p.restart)}"
         if p.failed:
             last = p.failed.strip().splitlines()[-1]
             yield Failure("policy-failed", f"policy factory failed in {where}: {last}", p.at, p.subcollector,
-                          pid=p.pid, traceback=p.failed)
+                          pid=p.pid, traceback=p.failed, restart=p.restart)
         elif p.died is not None and p.role == "server":
             how = p.died.how or "exit status unknown"
             yield Failure("server-died", f"policy server ended unexpectedly ({how}, pid {p.pid})", p.died.time,
                           pid=p.pid, how=p.died.how)
-    for sub in subs.values():
+    for sub in state.subcollectors.values():
         if sub.died is not None:
             how = sub.died.how or "exit status unknown"
             yield Failure("subcollector-died", f"subcollector process ended unexpectedly ({how}, pid {sub.pid})",
-                          sub.died.time, sub.index, pid=sub.pid, how=sub.died.how)
+                          sub.died.time, sub.index, pid=sub.pid, how=sub.died.how, restart=sub.restart)
+
+
+def hung(state: RunState, beats: Mapping[int, list[tuple[float, float]]], timeout: float, now: float) -> Failure | None:
+    """The first hang the heartbeats show (:mod:`topo.heartbeat`), among the subcollectors in ``beats``.
+
+    A worker hangs when one env step or reset has run for ``timeout`` seconds; a subcollector when it
+    owes a batch (its rollout started, its batch is not out) and none of its workers is in a step or
+    ended one for ``timeout`` seconds. A hang happens ``timeout`` seconds after the step started (or the
+    last one ended): that is its time for blame.
+    """
+    found = []
+    for c, slots in beats.items():
+        sub = state.subcollectors[c]
+        rollout_started, delivered = slots[0]
+        busy, last = False, rollout_started
+        for w in (w for w in state.workers.values() if w.subcollector == c and w.index + 1 < len(slots)):
+            started, ended = slots[w.index + 1]
+            last = max(last, ended)
+            if started > ended:
+                busy = True
+                if now - started > timeout:
+                    found.append(_at_worker(
+                        w, "worker-hung", f"env worker hung while collecting: its step has not returned for "
+                        f"{now - started:.1f}s (hang_timeout {timeout:g}s, pid {w.pid}); it last finished a step "
+                        f"{now - ended:.1f}s ago", started + timeout, restart=w.restart))
+        if rollout_started > delivered and not busy and now - last > timeout:
+            found.append(Failure("subcollector-hung", f"subcollector stopped answering while collecting: no env step "
+                                 f"for {now - last:.1f}s while a batch was due (hang_timeout {timeout:g}s, pid {sub.pid})",
+                                 last + timeout, c, pid=sub.pid, restart=sub.restart))
+    return min(found, key=lambda f: (f.at, _RANK[f.kind]), default=None)
+
+
+def restart_timeout(state: RunState, index: int, timeout: float, now: float) -> Failure:
+    """A restarted subcollector was not collecting ``timeout`` seconds after it started."""
+    sub = state.subcollectors[index]
+    waiting = [w for w in state.workers.values() if w.subcollector == index and w.constructed is None]
+    names = "; ".join(_describe(w, now) for w in waiting[:10]) or "every env worker was built, the subcollector " \
+        "was not ready"
+    return Failure("restart-timeout", f"restart {sub.restart} of subcollector {index} not ready after {timeout:g}s "
+                   f"(launch.startup_timeout): {names}", now, index, pid=sub.pid, restart=sub.restart)
+
+
+def subcollector_failed(index: int, restart: int, pid: int | None, message: str, traceback: str | None) -> Failure:
+    """A restarted subcollector reported an error that no record of its processes explains."""
+    return Failure("subcollector-failed", f"subcollector failed to start{_in(restart)}: {message}", None, index,
+                   pid=pid, traceback=traceback, restart=restart)
+
+
+def _in(restart: int) -> str:
+    return f" (restart {restart})" if restart else ""
 
 
 def _at_worker(w: Worker, kind: str, message: str, at: float | None, **extra) -> Failure:
+    extra.setdefault("restart", w.restart)
     return Failure(kind, message, at, w.subcollector, w.index, w.row, w.pid, **extra)
 
 

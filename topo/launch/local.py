@@ -10,6 +10,7 @@ import multiprocessing
 import os
 from typing import Any
 
+from .. import heartbeat
 from ..rundir import RunDir
 from . import observe
 
@@ -36,6 +37,7 @@ def subcollector_env(index: int, rows: list[dict], start_method: str, launch: di
         if os.getpid() != os.getpgid(0):
             os.setpgid(0, 0)
         run.marker("subcollector", index=index, start_method=multiprocessing.get_start_method())
+        heartbeat.open_subcollector(run, index, len(rows))
     if start_method == "forkserver" and launch.get("preload"):
         # the server imports these once; every worker it forks skips them (nothing here creates GL/CUDA state)
         multiprocessing.get_context("forkserver").set_forkserver_preload(list(launch["preload"]))
@@ -65,7 +67,8 @@ def env_factories(plan: dict[str, Any]) -> list[functools.partial]:
 
 
 class LocalEngine:
-    """``MultiSyncCollector`` or ``MultiAsyncCollector`` over the plan's subcollectors, on this machine."""
+    """``MultiSyncCollector`` or ``MultiAsyncCollector`` over the plan's subcollectors, on this machine,
+    able to restart one of them (:mod:`.respawn`)."""
 
     name = "local"
 
@@ -78,11 +81,15 @@ class LocalEngine:
         torchrl's multi collectors take no start method and use the global one: the caller sets it
         (and restores its own afterwards).
         """
-        from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector
+        from .respawn import RespawningAsyncCollector, RespawningSyncCollector
 
-        cls = MultiSyncCollector if plan["collector"]["sync"] else MultiAsyncCollector
+        cls = RespawningSyncCollector if plan["collector"]["sync"] else RespawningAsyncCollector
         return cls(env_factories(plan), frames_per_batch=plan["collector"]["frames_per_batch"],
                    total_frames=plan["collector"]["total_frames"], **kwargs)
+
+    def supervise(self, collector, recovery) -> None:
+        """Hand the collector the run's side of restarts (:class:`~topo.launch.recovery.Recovery`)."""
+        collector.recovery = recovery
 
     def shutdown(self, collector, timeout: float) -> list[int | None]:
         """Close the envs and subcollector processes within ``timeout``; their exit codes (None: unknown)."""

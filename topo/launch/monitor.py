@@ -1,21 +1,28 @@
-"""The run's monitor: a thread in the trainer that reads records, sees deaths, keeps the startup deadline.
+"""The run's monitor: a thread in the trainer that reads records, sees deaths and hangs, keeps the deadlines.
 
 Every tick it waits for deaths (pidfds of every process a record named), reads new records, shows
-progress and, while the run starts or collects, asks :func:`~topo.launch.failure.decide` for the first
-failure. The first one found is handed to ``on_failure`` once; the monitor goes on recording (closes,
-deaths during teardown) until it is stopped.
+progress and, while the run starts or collects, asks :func:`~topo.launch.failure.decide` (and, while it
+collects, :func:`~topo.launch.failure.hung` over the step heartbeats) for the first failure. It
+:meth:`judges <Monitor.judge>` it: while collecting, a failure a restart cures restarts its subcollector
+if the budget allows (the collector starts it again, :mod:`.respawn`); any other failure is the run's,
+handed to ``on_failure`` once. The monitor goes on recording (closes, deaths during teardown) until it
+is stopped.
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 import threading
 import time
 from typing import Callable
 
-from . import failure, processes
+from .. import heartbeat
+from . import failure, processes, recovery
 from .progress import Progress
 from .state import Phase, RunState
 
 TICK_S = 0.1
+HANG_SCAN_S = 1.0  # heartbeats read this often (a hang is found within hang_timeout + this)
 SCAN_S = {Phase.STARTING: 1.0, Phase.COLLECTING: 10.0, Phase.SHUTTING_DOWN: 1.0, Phase.DONE: 60.0}
 
 
@@ -26,13 +33,19 @@ class Monitor:
         self.startup_timeout = startup_timeout
         self.progress = progress
         self.on_failure = on_failure
+        self.hang_timeout = state.plan["launch"].get("hang_timeout")
+        self.budget = recovery.Budget(state.plan["launch"].get("restarts"))
         self.failure: failure.Failure | None = None
         self.lock = threading.RLock()  # held while the state changes; take it to read the state consistently
         self.seen: set[int] = set()  # every pid of the run seen alive (records and environment scans)
         self.peak = 0  # most processes of the run alive at once
         self._watch = processes.DeathWatch()
+        # rung at each verdict (a restart, the run's failure): the collector waits on it with its queue
+        self.bell, self._ring = os.pipe()
+        os.set_blocking(self._ring, False)
         self._stop = threading.Event()
         self._last_scan = 0.0
+        self._last_beats = 0.0
         self._thread = threading.Thread(target=self._loop, name="topo-monitor", daemon=True)
 
     def start(self) -> None:
@@ -44,6 +57,8 @@ class Monitor:
         self._thread.join()
         self.tick(0)
         self._watch.close()
+        os.close(self._ring)
+        os.close(self.bell)
 
     def tick(self, wait: float) -> None:
         deaths = self._watch.wait(wait)
@@ -63,13 +78,64 @@ class Monitor:
                 self.peak = max(self.peak, len(alive))
             if self.failure is None and state.phase in (Phase.STARTING, Phase.COLLECTING):
                 found = failure.decide(state)
-                if found is None and state.phase is Phase.STARTING and now - state.t0 > self.startup_timeout:
+                if state.phase is Phase.COLLECTING:
+                    found = _first(found, self._hang(now), self._late_restart(now))
+                elif found is None and now - state.t0 > self.startup_timeout:
                     found = failure.startup_timeout(state, self.startup_timeout, now)
                 if found is not None:
-                    self.failure = found
-                    self.on_failure(found)
+                    self.judge(found)
         self.progress.update(state)
+
+    def judge(self, found: failure.Failure) -> None:
+        """While collecting, restart the subcollector to blame if a restart cures it and the budget allows;
+        otherwise the run fails with it. A hung process is killed first, either way."""
+        with self.lock:
+            if self.failure is not None:
+                return
+            now = time.time()
+            recovery.hang_kill(found)
+            if self.state.phase is Phase.COLLECTING and found.restartable:
+                if self.budget.allows(now):
+                    self.budget.spend(now)
+                    recovery.decide_restart(self.state, found, now)
+                    self._ring_bell()
+                    return
+                found = dataclasses.replace(found, message=f"{found.message}; {self.budget.describe()}")
+            self.failure = found
+            self._ring_bell()
+        self.on_failure(found)
+
+    def _ring_bell(self) -> None:
+        try:
+            os.write(self._ring, b"!")
+        except BlockingIOError:  # rung many times already, unread
+            pass
+
+    def _hang(self, now: float) -> failure.Failure | None:
+        """A step past ``hang_timeout`` (read every ``HANG_SCAN_S``), in a subcollector that collects."""
+        if self.hang_timeout is None or now - self._last_beats < HANG_SCAN_S:
+            return None
+        self._last_beats = now
+        beats = {}
+        for c, sub in self.state.subcollectors.items():
+            if sub.local and sub.pid and not sub.pending and (sub.restart == 0 or sub.ready):
+                slots = heartbeat.read(self.state.run.path, c, sub.restart)
+                if slots:
+                    beats[c] = slots
+        return failure.hung(self.state, beats, self.hang_timeout, now)
+
+    def _late_restart(self, now: float) -> failure.Failure | None:
+        """A restarted subcollector not collecting ``startup_timeout`` seconds after it started."""
+        late = [c for c, sub in self.state.subcollectors.items()
+                if sub.began and not sub.ready and now - sub.began > self.startup_timeout]
+        return failure.restart_timeout(self.state, late[0], self.startup_timeout, now) if late else None
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             self.tick(TICK_S)
+
+
+def _first(*found: failure.Failure | None) -> failure.Failure | None:
+    """The earliest of the failures found (one without a time last)."""
+    return min((f for f in found if f is not None), key=lambda f: f.at if f.at is not None else float("inf"),
+               default=None)

@@ -13,8 +13,9 @@ import functools
 import time
 from typing import Any, Callable
 
+from .. import heartbeat
 from ..assign import GROUP_ID_OFFSET as GROUP_BLOCK  # a plan group's ids lie in [group, group + 1) x this
-from ..rundir import RunDir
+from ..rundir import RunDir, restart_number
 
 _here: dict[str, Any] = {}  # in a subcollector process: its index and its batch count
 
@@ -31,22 +32,36 @@ def set_subcollector(index: int, backend: str | None) -> None:
 
 
 def hook(batch: Any, user_hook: Callable | None = None) -> None:
-    """Record this subcollector's batch (``[M, T]``: M workers); then call the user's hook, if any."""
+    """Record this subcollector's batch (``[M, T]``: M workers); then call the user's hook, if any.
+
+    A restarted subcollector keeps a record of its own (``sub{c}.r{k}``): its first batch is checked too.
+    """
+    heartbeat.delivered()
     run = RunDir.current()
     if run is not None and "index" in _here:
         _here["batches"] += 1
         if _here["first"] is None:
             _here.update(first=[_worker(batch[w], _here["keys"]) for w in range(batch.shape[0])], first_time=time.time())
         versions = batch.get("policy_version", None)
-        run.put("observed", f"sub{_here['index']}", subcollector=_here["index"], batches=_here["batches"],
-                first=_here["first"], first_time=_here["first_time"],
+        k = restart_number()
+        run.put("observed", f"sub{_here['index']}" + (f".r{k}" if k else ""), subcollector=_here["index"],
+                batches=_here["batches"], first=_here["first"], first_time=_here["first_time"],
                 policy_versions=None if versions is None else sorted({int(v) for v in versions.flatten().tolist()}))
     if user_hook is not None:
         user_hook(batch)
 
 
-def hook_with(user_hook: Callable | None) -> Callable:
-    return functools.partial(hook, user_hook=user_hook) if user_hook is not None else hook
+def pre_hook(user_hook: Callable | None = None) -> None:
+    """Before each rollout of a subcollector: stamp it (a batch is owed from now on); then the user's hook."""
+    heartbeat.collecting()
+    if user_hook is not None:
+        user_hook()
+
+
+def hooks_with(pre: Callable | None, post: Callable | None) -> dict[str, Callable]:
+    """topo's ``pre_collect_hook`` and ``post_collect_hook``, each calling the user's after its own."""
+    return {"pre_collect_hook": functools.partial(pre_hook, user_hook=pre) if pre is not None else pre_hook,
+            "post_collect_hook": functools.partial(hook, user_hook=post) if post is not None else hook}
 
 
 def _worker(td: Any, keys: Any) -> dict:

@@ -148,14 +148,16 @@ class Placement:
     """Runs a :class:`PolicySetup` for one run: starts the server, hands the collector its policy
     arguments, pushes weights, shuts down."""
 
-    def __init__(self, setup: PolicySetup, trainer_policy, n_subcollectors: int):
+    def __init__(self, setup: PolicySetup, trainer_policy, n_subcollectors: int, collector_acks: bool = False):
         self.setup = setup
+        self.collector_acks = collector_acks  # the collector waits for acknowledgements (topo.launch.respawn)
         self.trainer_policy = trainer_policy
         self.n = n_subcollectors
         self.sender = None  # subcollector placement: a VersionedPolicy over a copy of the trainer's policy
         self.server = None
         self.transport = None
         self.scheme = None
+        self.served: dict | None = None  # the server's keys (server placement), for the clients of restarts
         self.updates: list[float] = []  # seconds each weight update took
 
     @property
@@ -191,9 +193,8 @@ class Placement:
         """``policy_factory`` (one per subcollector), ``policy`` and the weight-sync scheme, as the placement needs."""
         setup = self.setup
         if setup.placement == "server":
-            served = next(r for r in run.read_all("markers") if r["name"] == "server")
-            return {"policy_factory": [functools.partial(client, self._clients[c], served["in_keys"],
-                                                         [*served["out_keys"], VERSION_KEY]) for c in range(self.n)]}
+            self.served = next(r for r in run.read_all("markers") if r["name"] == "server")
+            return {"policy_factory": [self._client_factory(self._clients[c]) for c in range(self.n)]}
         synced = self.trainer_policy is not None
         kwargs: dict[str, Any] = {"policy_factory": [
             functools.partial(in_subcollector, setup.factory, setup.kwargs, synced, c) for c in range(self.n)]}
@@ -205,9 +206,23 @@ class Placement:
             # the copies get their own buffer, not the trainer's parameters: torchrl's schemes move the module
             # they are given into shared memory, where the copies would see each optimizer step as it happens
             self.sender = VersionedPolicy(copy.deepcopy(self.trainer_policy))
-            self.scheme = SharedMemWeightSyncScheme() if setup.weight_sync == "shared_mem" else MultiProcessWeightSyncScheme()
+            # collector_acks: the collector waits for each acknowledgement itself, restarting a lost
+            # subcollector instead of waiting for it forever (topo.launch.respawn)
+            sync = not self.collector_acks
+            self.scheme = SharedMemWeightSyncScheme(sync=sync) if setup.weight_sync == "shared_mem" else \
+                MultiProcessWeightSyncScheme(sync=sync)
             kwargs.update(policy=self.sender, weight_sync_schemes={"policy": self.scheme})
         return kwargs
+
+    def _client_factory(self, client_) -> functools.partial:
+        return functools.partial(client, client_, self.served["in_keys"], [*self.served["out_keys"], VERSION_KEY])
+
+    def restart_factory(self, index: int) -> functools.partial | None:
+        """The policy factory of a restarted subcollector: a new client of the server (the old one's may hold
+        the answer to a request its process never read); None: the factory its first start had."""
+        if self.setup.placement != "server":
+            return None
+        return self._client_factory(self.transport.client())
 
     def update(self, collector, policy_or_weights=None) -> int:
         """Push the trainer's weights (or ``policy_or_weights``) to every copy; returns the new version."""

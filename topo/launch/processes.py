@@ -23,6 +23,7 @@ from ..rundir import RUN_DIR_VAR
 _INFO_SIZE = 64
 _PIDFD_GET_INFO = (3 << 30) | (_INFO_SIZE << 16) | (0xFF << 8) | 11
 _PIDFD_INFO_EXIT = 1 << 3
+EXIT_STATUS_RETRY_S = 0.05
 RESOURCE_TRACKER = "multiprocessing.resource_tracker"
 FORKSERVER = "multiprocessing.forkserver"
 
@@ -96,14 +97,33 @@ class DeathWatch:
         self._fds.clear()
 
 
+def describe_exitcode(exitcode: int | None) -> str | None:
+    """multiprocessing's ``exitcode`` (negative: the signal) in the words of :func:`exit_status`."""
+    if exitcode is None:
+        return None
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
 def exit_status(pid: int, pidfd: int | None = None) -> str | None:
     """How a dead process ended: asked of its pidfd once its parent reaped it (Linux 6.15+), read from
-    ``/proc/PID/stat`` while it is a zombie; None when neither can tell."""
-    status = _reaped_status(pidfd) if pidfd is not None else None
-    if status is None:
-        status = _zombie_status(pid)
-    if status is None and pidfd is not None:
-        status = _reaped_status(pidfd)  # reaped between the two reads
+    ``/proc/PID/stat`` while it is a zombie; None when neither can tell.
+
+    With a pidfd, a reap in progress can hide both for a moment (its ``/proc`` entry gone, the status not
+    yet on the pidfd: seen once in about 100 kills of forked workers): the two are read again, for at most
+    ``EXIT_STATUS_RETRY_S``."""
+    deadline = time.monotonic() + EXIT_STATUS_RETRY_S
+    while True:
+        status = _reaped_status(pidfd) if pidfd is not None else None
+        if status is None:
+            status = _zombie_status(pid)
+        if status is not None or pidfd is None or time.monotonic() > deadline:
+            break
+        time.sleep(0.002)
     if status is None:
         return None
     if status & 0x7F:
@@ -209,6 +229,18 @@ def wait(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
         time.sleep(0.05)
         left = [p for p in left if running(p)]
     return left
+
+
+def kill(proc: psutil.Process) -> None:
+    """SIGKILL, if it still runs."""
+    _send(proc, psutil.Process.kill)
+
+
+def in_group(proc: psutil.Process, pgid: int) -> bool:
+    try:
+        return os.getpgid(proc.pid) == pgid
+    except OSError:
+        return False
 
 
 def _send(proc: psutil.Process, how) -> None:

@@ -118,6 +118,9 @@ class RayEngine:
         )
         return RayTopology(collector, plan["collector"]["total_frames"])
 
+    def supervise(self, topology: RayTopology, recovery) -> None:
+        """Nothing: Ray restarts actors itself (``launch.restarts`` and ``hang_timeout`` need the local engine)."""
+
     def shutdown(self, topology: RayTopology, timeout: float) -> list[None]:
         """Close every actor's env, then end the actors and disconnect, within ``timeout`` seconds overall.
 

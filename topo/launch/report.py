@@ -43,11 +43,16 @@ class Report:
 
 def summary(run) -> dict[str, Any]:
     state, plan = run.state, run.plan
-    workers = list(state.workers.values())
+    workers = list(state.workers.values())  # as the run ended: restarted subcollectors' current workers
+    every = state.all_workers()  # and the ones their restarts replaced
     subs = [state.subcollectors[sub["index"]] for sub in plan["subcollectors"]]
-    built = Counter(state.role_of(pid) for w in workers for pid, _ in w.constructions)
-    built.update(state.role_of(pid) for sub in subs for pid in sub.built_elsewhere)
+    started = [s for s in state.all_subcollectors() if s.restart == 0 or s.began]
+    built = Counter(state.role_of(pid) for w in every for pid, _ in w.constructions)
+    built.update(state.role_of(pid) for sub in state.all_subcollectors() for pid in sub.built_elsewhere)
     observed = {sub.index: sub.observed for sub in subs}
+    batches = Counter()
+    for s in state.all_subcollectors():
+        batches[s.index] += (s.observed or {}).get("batches", 0)
     first_batch = min((r["first_time"] for r in observed.values() if r and r.get("first_time")), default=None)
     last_close = max((w.closed for w in workers if w.closed), default=None)
     server = state.server()
@@ -64,10 +69,13 @@ def summary(run) -> dict[str, Any]:
         "launch": {"startup_timeout_s": run.startup_timeout, "shutdown_budget_s": run.shutdown_budget,
                    "max_concurrent_starts": run.max_concurrent_starts,
                    "peak_concurrent_starts": _peak_concurrent(workers),
-                   "batches_per_subcollector": [(o or {}).get("batches", 0) for o in observed.values()],
+                   "restarts": plan["launch"].get("restarts") or {"max": 0, "window": None},
+                   "hang_timeout_s": plan["launch"].get("hang_timeout"),
+                   "batches_per_subcollector": [batches[sub.index] for sub in subs],
                    **run.extra},
         "constructions": {"by_role": {role: built.get(role, 0) for role in ROLES},
-                          "expected": {"trainer": 0, "server": 0, "subcollector": 0, "worker": len(workers)}},
+                          "expected": {"trainer": 0, "server": 0, "subcollector": 0,
+                                       "worker": sum(plan["subcollectors"][s.index]["num_workers"] for s in started)}},
         "timings_s": {
             # the serial chain before any env worker can start: trainer, then each subcollector, import torchrl
             "subcollectors_up": (_since(state, max(s.up for s in subs)) if all(s.up for s in subs) else None),
@@ -99,18 +107,52 @@ def summary(run) -> dict[str, Any]:
             "alive_after": run.alive_after,
             "watcher_exit_code": run.watcher_exit,
         },
-        "env_closes": {"constructed": sum(len(w.constructions) for w in workers),
-                       "closed": sum(w.closes for w in workers)},
+        "env_closes": {"constructed": sum(len(w.constructions) for w in every),
+                       "closed": sum(w.closes for w in every)},
         "first_batch": observe.check(plan, observed),
+        "restarts": restarts(state),
         "policy": run.placement.describe() if run.placement else None,
         "render_devices": _render_devices(workers),
         "inherited_gl": {"workers": sum(1 for w in workers if w.inherited_gl),
                          "libraries": sorted({lib for w in workers for lib in w.inherited_gl})},
-        "seeds": {"checked": sum(1 for w in workers if w.constructed),
-                  "mismatches": [{"subcollector": w.subcollector, "worker": w.index, "planned": w.row["seed"],
-                                  "applied": w.seed} for w in workers if w.constructed and w.seed != w.row["seed"]]},
+        "seeds": {"checked": sum(1 for w in every if w.constructed),
+                  "mismatches": [{"subcollector": w.subcollector, "worker": w.index, "restart": w.restart,
+                                  "planned": w.row["seed"], "applied": w.seed}
+                                 for w in every if w.constructed and w.seed != w.row["seed"]]},
         "plan": plan,
     }
+
+
+def restarts(state) -> list[dict[str, Any]]:
+    """Each restart: its cause (and the failed worker's plan row, its kwargs aside), its times (seconds since launch; ``recover_s``: from the failure to the
+    restarted subcollector's first batch), the processes it replaced and started, the seeds they applied."""
+    out = []
+    for r in state.restarts:
+        c, k = r.subcollector, r.restart
+        old = state.subcollector(c, k - 1)
+        new = state.subcollector(c, k)
+        new_workers = [state.worker(c, row["index"], k) for row in state.plan["subcollectors"][c]["workers"]]
+        old_workers = [state.worker(c, row["index"], k - 1) for row in state.plan["subcollectors"][c]["workers"]]
+        observed = new.observed if new else None
+        first = (observed or {}).get("first_time")
+        died = r.cause.at if r.cause.at is not None else r.decided_at
+        out.append({
+            "subcollector": c, "restart": k,
+            "outcome": "superseded" if r.superseded else "collecting" if first else "ready" if r.ready_at
+            else "starting" if r.began_at else "pending",
+            "cause": r.cause.to_dict(),
+            "row": {k: v for k, v in r.cause.row.items() if k != "kwargs"} if r.cause.row else None,
+            "failed_s": _since(state, died), "decided_s": _since(state, r.decided_at),
+            "began_s": _since(state, r.began_at), "ready_s": _since(state, r.ready_at),
+            "first_batch_s": _since(state, first),
+            "recover_s": _delta(died, first),
+            "replaced": {"subcollector": old.pid if old else None, "workers": [w.pid if w else None for w in old_workers]},
+            "started": {"subcollector": new.pid if new else None, "workers": [w.pid if w else None for w in new_workers]},
+            "seeds": {"planned": [w.row["seed"] if w else None for w in new_workers],
+                      "applied": [w.seed if w else None for w in new_workers]},
+            "first_batch": observe.check({"subcollectors": [state.plan["subcollectors"][c]]}, {c: observed})[0],
+        })
+    return out
 
 
 def _exit_code(error: BaseException | None) -> int:
@@ -210,6 +252,13 @@ def human(s: dict) -> str:
     if inherited.get("workers"):
         lines.append(f"  WARNING: {inherited['workers']} worker(s) had GL/CUDA libraries loaded before their builder ran "
                      f"({', '.join(inherited['libraries'])}): state from a parent process, or from MUJOCO_GL at import")
+    for r in s.get("restarts") or []:
+        cause = r["cause"]
+        who = f"sub{r['subcollector']}" + (f"/w{cause['worker']}" if cause.get("worker") is not None else "")
+        after = f"first batch {r['recover_s']:.1f}s after" if r["recover_s"] is not None else f"{r['outcome']}"
+        lines.append(f"  restart {r['restart']} of sub{r['subcollector']} at {_fmt(r['failed_s'])}: {who} {cause['kind']} "
+                     f"({cause.get('how') or cause['message']}); {after}; pids {r['started']['subcollector']} "
+                     f"{r['started']['workers']}, seeds {r['seeds']['applied']}")
     checks = Counter(entry["status"] for entry in s["first_batch"])
     lines.append("  first batch vs plan: " + ", ".join(f"{n} {status}" for status, n in sorted(checks.items()))
                  + (f"; seeds: {len(s['seeds']['mismatches'])} mismatch(es) of {s['seeds']['checked']}"))

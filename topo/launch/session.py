@@ -12,7 +12,9 @@
   is given to torchrl so that no weight-sync scheme calls a factory here; an env factory called in the
   trainer refuses to build;
 - the startup deadline and the first failure named (worker, plan row, traceback, how it died), by a
-  monitor thread (:mod:`.monitor`);
+  monitor thread (:mod:`.monitor`); a hung env step found (``launch.hang_timeout``); a subcollector that
+  failed while collecting started again with its plan rows, the others going on (``launch.restarts``,
+  :mod:`.respawn`);
 - teardown of everything the run started, by environment (:mod:`.processes`), when the block ends,
   raises, on Ctrl-C and SIGTERM, and by a torch-free watcher process when the trainer is killed;
 - the trainer's state as it was: start method, torch threads, signal handlers, environment.
@@ -39,6 +41,7 @@ from . import failure as failures, observe, plans, processes, watcher
 from .monitor import Monitor
 from .policy import Placement, PolicySetup
 from .progress import Progress
+from .recovery import Recovery, restart_variable
 from .state import Phase, RunState
 
 SETTLE_S = 2.0  # after torchrl raises: time for the monitor to see the death or record behind it
@@ -79,7 +82,7 @@ class Run:
 
     Attributes: ``plan``; ``collector`` (the torchrl collector, once started); ``report`` (a
     :class:`~topo.launch.report.Report`, once ended); ``run_dir``; ``policy_version`` (weight updates
-    pushed so far); ``failure`` (what failed, if anything).
+    pushed so far); ``restarts`` (subcollector restarts so far); ``failure`` (what failed, if anything).
     """
 
     _active: Run | None = None  # the run started in this process and not yet ended
@@ -94,8 +97,10 @@ class Run:
                             "(collector, policy sections) or pass policy=/policy_factory= instead")
         _check_replay_buffer(collector_kwargs.get("replay_buffer"))
         self.plan = plan
+        self.engine = engine_for(plan)
         self.setup = PolicySetup.resolve(plan.get("policy"), policy_factory)
-        self.placement = Placement(self.setup, policy, len(plan["subcollectors"])) if self.setup else None
+        self.placement = Placement(self.setup, policy, len(plan["subcollectors"]),
+                                   collector_acks=self.engine.name == "local") if self.setup else None
         if policy is not None and self.placement is None:
             raise UsageError("policy= needs a policy factory to build the copies that act: pass policy_factory= or "
                             "give the spec a policy section")
@@ -118,6 +123,7 @@ class Run:
         self.error: BaseException | None = None  # what ended the run, as the report states it
         self.state: RunState | None = None
         self.monitor: Monitor | None = None
+        self.recovery: Recovery | None = None
         self.ready_at = self.teardown_started = self.finished = None
         self.shutdown_at = self.shutdown_done = None
         self.exit_codes: list | None = None
@@ -144,6 +150,17 @@ class Run:
     @property
     def policy_version(self) -> int:
         return self.placement.version if self.placement else 0
+
+    @property
+    def restarts(self) -> list[dict]:
+        """Each subcollector restart so far (``launch.restarts``): who failed and how, when, the seconds to
+        its first batch again, the new pids and seeds; the report's ``restarts`` section."""
+        from .report import restarts
+
+        if self.state is None:
+            return []
+        with self.monitor.lock:
+            return restarts(self.state)
 
     def update_weights(self, policy_or_weights=None) -> int:
         """Push the trainer's policy weights (or ``policy_or_weights``) to every acting copy; the new version.
@@ -201,11 +218,13 @@ class Run:
             with self._launch_environment(), self._interruptible():
                 multiprocessing.set_start_method(self.plan["start_methods"]["subcollectors"], force=True)
                 kwargs = dict(self.collector_kwargs)
-                kwargs["post_collect_hook"] = observe.hook_with(kwargs.get("post_collect_hook"))
+                kwargs.update(observe.hooks_with(kwargs.get("pre_collect_hook"), kwargs.get("post_collect_hook")))
                 if self.placement is not None:
                     self.placement.start_server(self.startup_timeout - self.state.elapsed(time.time()))
                     kwargs.update(self.placement.collector_kwargs(run))
                 self.collector = self.engine.build(self.plan, **kwargs)
+                self.recovery = Recovery(self)
+                self.engine.supervise(self.collector, self.recovery)
         except BaseException as exc:  # noqa: BLE001 - every way out tears down first
             raised = self._end(exc)
             if raised is exc:
@@ -237,6 +256,12 @@ class Run:
                     os.environ.pop(var, None)
                 else:
                     os.environ[var] = value
+
+    @contextlib.contextmanager
+    def restart_environment(self, restart: int):
+        """The launch window, for the processes of a subcollector's ``restart``-th start."""
+        with self._launch_environment(), restart_variable(restart):
+            yield
 
     @staticmethod
     def _log_to(path: str) -> Callable[[], None]:
@@ -352,6 +377,7 @@ class Run:
                 self.shutdown_at = time.time()
                 self.exit_codes = self.engine.shutdown(self.collector, self.shutdown_budget)
                 self.shutdown_done = time.time()
+                self.recovery.close()
             else:
                 self._end_processes()
             if self.placement is not None:

@@ -1,4 +1,10 @@
-"""What a run knows of its processes, rebuilt from run-directory records and the deaths it saw."""
+"""What a run knows of its processes, rebuilt from run-directory records and the deaths it saw.
+
+A restarted subcollector is a new generation: :meth:`RunState.retire` moves the subcollector, its
+workers and its policy copy aside (``retired``) and puts fresh ones, numbered ``restart + 1``, in their
+place. Records carry the restart number of the process that wrote them, so a late record of a retired
+process (a close, a death) lands on it and never on its successor.
+"""
 from __future__ import annotations
 
 import enum
@@ -41,6 +47,7 @@ class Worker:
     constructions: list[tuple[int, float]] = field(default_factory=list)  # (pid, time), one expected
     closes: int = 0
     died: Death | None = None
+    restart: int = 0  # the subcollector's restart this worker belongs to (0: the first start)
 
     @property
     def name(self) -> str:
@@ -59,6 +66,10 @@ class Subcollector:
     built_elsewhere: list[int] = field(default_factory=list)  # other pids that built its ParallelEnv (the trainer)
     observed: dict | None = None  # its latest ``observed/`` record
     died: Death | None = None
+    restart: int = 0  # 0: the first start; k: the k-th restart
+    pending: bool = False  # decided, not yet started: the trainer starts it at its next call into the collector
+    began: float | None = None  # a restart's process started (the first start: the run's t0)
+    ready: float | None = None  # a restart collects (its envs built, its policy connected)
 
 
 @dataclass
@@ -71,6 +82,7 @@ class PolicyProcess:
     failed: str | None = None  # the factory's traceback
     at: float = 0.0
     died: Death | None = None
+    restart: int = 0
 
 
 class RunState:
@@ -87,23 +99,40 @@ class RunState:
         self.subcollectors = {sub["index"]: Subcollector(sub["index"]) for sub in plan["subcollectors"]}
         self.policies: list[PolicyProcess] = []
         self.deaths: dict[int, Death] = {}
+        self.retired_workers: list[Worker] = []
+        self.retired_subcollectors: list[Subcollector] = []
+        self.restarts: list = []  # recovery.Restart, in the order they were decided
         self._new_pids: list[tuple[int, float]] = []
 
     # -- reading records ------------------------------------------------------------------------
     def update(self) -> None:
-        """Read new markers and every subcollector's latest batch record."""
+        """Read new markers and every subcollector's latest batch record (one per restart)."""
         for m in self.run.read_new("markers"):
             self._marker(m)
         for record in self.run.read_all("observed"):
-            sub = self.subcollectors.get(record.get("subcollector"))
+            sub = self.subcollector(record.get("subcollector"), record.get("restart", 0))
             if sub is not None:
                 sub.observed = record
 
+    def subcollector(self, index: int | None, restart: int = 0) -> Subcollector | None:
+        """Subcollector ``index`` as its ``restart``-th start, current or retired."""
+        sub = self.subcollectors.get(index)
+        if sub is None or sub.restart == restart:
+            return sub
+        return next((s for s in self.retired_subcollectors if (s.index, s.restart) == (index, restart)), None)
+
+    def worker(self, subcollector: int | None, index: int | None, restart: int = 0) -> Worker | None:
+        w = self.workers.get((subcollector, index))
+        if w is None or w.restart == restart:
+            return w
+        return next((r for r in self.retired_workers if (r.subcollector, r.index, r.restart) == (subcollector, index,
+                                                                                                  restart)), None)
+
     def _marker(self, m: dict) -> None:
         local = m.get("host", HOST) == HOST  # a Ray actor or worker on another node: not watched by pid here
-        name = m["name"]
+        name, restart = m["name"], m.get("restart", 0)
         if name == "subcollector":
-            sub = self.subcollectors.get(m["index"])
+            sub = self.subcollector(m["index"], restart)
             if sub is None:
                 return
             if sub.pid is None and m["pid"] != self.trainer_pid:
@@ -114,11 +143,12 @@ class RunState:
             return
         if name in ("policy", "server", "policy-failed"):
             role = "server" if name == "server" or m.get("role") == "server" else "subcollector"
-            self.policies.append(PolicyProcess(role, m["pid"], m.get("subcollector"), m.get("traceback"), m["time"]))
+            self.policies.append(PolicyProcess(role, m["pid"], m.get("subcollector"), m.get("traceback"), m["time"],
+                                               restart=restart))
             if name != "policy-failed":
                 self._watch(m["pid"], m["time"], local)
             return
-        w = self.workers.get((m["worker"].get("subcollector"), m["worker"].get("index")))
+        w = self.worker(m["worker"].get("subcollector"), m["worker"].get("index"), restart)
         if w is None:
             return
         if name == "started":
@@ -146,15 +176,42 @@ class RunState:
 
     def record_death(self, death: Death) -> None:
         self.deaths.setdefault(death.pid, death)
-        for w in self.workers.values():
+        for w in self.all_workers():
             if w.pid == death.pid and w.died is None:
                 w.died = death
-        for sub in self.subcollectors.values():
+        for sub in self.all_subcollectors():
             if sub.pid == death.pid and sub.died is None:
                 sub.died = death
         for p in self.policies:
             if p.pid == death.pid and p.died is None:
                 p.died = death
+
+    # -- restarts -------------------------------------------------------------------------------
+    def retire(self, index: int, rows: list[dict]) -> Subcollector:
+        """Set subcollector ``index`` and its workers aside; their successors, with ``rows``, take their place."""
+        old = self.subcollectors[index]
+        self.retired_subcollectors.append(old)
+        new = Subcollector(index, restart=old.restart + 1, pending=True)
+        self.subcollectors[index] = new
+        for row in rows:
+            self.retired_workers.append(self.workers[(index, row["index"])])
+            self.workers[(index, row["index"])] = Worker(index, row["index"], row, restart=new.restart)
+        return new
+
+    def all_workers(self) -> list[Worker]:
+        """Every worker of the run, retired ones (of subcollectors since restarted) first."""
+        return [*self.retired_workers, *self.workers.values()]
+
+    def all_subcollectors(self) -> list[Subcollector]:
+        return [*self.retired_subcollectors, *self.subcollectors.values()]
+
+    def retired_subcollectors_of(self, index: int) -> list[Subcollector]:
+        return [s for s in self.retired_subcollectors if s.index == index]
+
+    def current_policies(self) -> list[PolicyProcess]:
+        """The server, and each subcollector's copy as it was built by its current start."""
+        return [p for p in self.policies if p.role == "server" or
+                (p.subcollector in self.subcollectors and p.restart == self.subcollectors[p.subcollector].restart)]
 
     # -- questions ------------------------------------------------------------------------------
     def role_of(self, pid: int) -> str:
@@ -163,7 +220,7 @@ class RunState:
             return "trainer"
         if any(p.role == "server" and p.pid == pid for p in self.policies):
             return "server"
-        if any(sub.pid == pid for sub in self.subcollectors.values()):
+        if any(sub.pid == pid for sub in self.all_subcollectors()):
             return "subcollector"
         return "worker"
 
@@ -171,10 +228,10 @@ class RunState:
         return next((p for p in self.policies if p.role == "server" and not p.failed), None)
 
     def known_pids(self) -> set[int]:
-        """Every local pid a record named: subcollectors, server, workers."""
-        pids = {sub.pid for sub in self.subcollectors.values() if sub.pid and sub.local}
+        """Every local pid a record named: subcollectors, server, workers, retired ones included."""
+        pids = {sub.pid for sub in self.all_subcollectors() if sub.pid and sub.local}
         pids |= {p.pid for p in self.policies}
-        pids |= {w.pid for w in self.workers.values() if w.pid and w.local}
+        pids |= {w.pid for w in self.all_workers() if w.pid and w.local}
         pids.discard(self.trainer_pid)
         return pids
 

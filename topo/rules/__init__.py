@@ -17,6 +17,7 @@ RULES = [
     topology.start_methods,
     blocks.schema_kwargs,
     launch.launch,
+    launch.recovery,
     policy.policy,
     render.render_devices,
     placement.placement,

@@ -41,3 +41,15 @@ def launch(spec: Spec, ctx: Context) -> list[Diagnostic]:
                              f"multiple of its {m} workers ({per_sub} % {m} = {per_sub % m})", fpb_path,
                              "a subcollector batch of F frames over M workers is [M, F/M]: make F a multiple of M"))
     return out
+
+
+def recovery(spec: Spec, ctx: Context) -> list[Diagnostic]:
+    """Restarts and hang detection need the local engine (topo restarts and watches local processes only)."""
+    engine = spec.placement.engine
+    asked = [key for key, on in (("restarts", spec.restarts_max > 0), ("hang_timeout", spec.hang_timeout is not None))
+             if on]
+    if engine == "local" or not asked:
+        return []
+    return [error("recovery-needs-local-engine", f"launch.{asked[0]} works on the local engine: under engine {engine!r} "
+                  "the subcollectors are actors that topo neither restarts nor watches step by step",
+                  ("launch", asked[0]), "remove it, or use placement.engine: local")]

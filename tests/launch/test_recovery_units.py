@@ -1,0 +1,222 @@
+"""Restarts and hangs without a topology: the seed rule, the budget, the monitor's verdict, blame that
+ignores what a retired subcollector did, hangs read from fabricated heartbeats, and the beats file."""
+from __future__ import annotations
+
+import json
+import os
+import select
+import threading
+import time
+
+from topo import heartbeat
+from topo.launch import failure, recovery
+from topo.launch.monitor import Monitor
+from topo.launch.processes import Death
+from topo.launch.progress import Progress
+from topo.launch.state import Phase, RunState
+from topo.rundir import HOST, RESTART_VAR, RunDir
+
+from tests.launch.test_launch_units import PLAN, started, sub
+
+
+def state_of(tmp_path, *markers: dict, plan: dict | None = None) -> RunState:
+    plan = plan or PLAN
+    run = RunDir(str(tmp_path))
+    state = RunState(plan, run, started=100.0, trainer_pid=1)
+    add(state, *markers)
+    return state
+
+
+def add(state: RunState, *markers: dict) -> None:
+    where = state.run.path + "/markers"
+    os.makedirs(where, exist_ok=True)
+    for m in markers:
+        with open(f"{where}/{m['name']}.{m['pid']}.{m['time']}.json", "w") as f:
+            json.dump({"host": HOST, "ppid": 1, **m}, f)
+    state.update()
+
+
+def constructed(c: int, w: int, pid: int, t: float, seed: int, restart: int = 0) -> dict:
+    return {"name": "constructed", "pid": pid, "time": t, "seed": seed, "seconds": 0.1, "restart": restart,
+            "worker": {"subcollector": c, "index": w}}
+
+
+# -- seeds ----------------------------------------------------------------------------------------
+
+def test_a_restart_changes_the_seed_only_by_a_documented_stride():
+    assert recovery.restart_seed(3, 1, 4) == 7 and recovery.restart_seed(3, 2, 4) == 11
+    assert recovery.restart_seed(None, 1, 4) is None
+    assert recovery.restart_seed(2**63 - 2, 1, 4) == 2  # 63-bit seeds wrap
+    rows = recovery.restart_rows(PLAN_WITH_KWARGS, 1, 2)
+    assert [r["seed"] for r in rows] == [2 + 8, 3 + 8]
+    assert [r["kwargs"]["seed"] for r in rows] == [10, 11]
+    assert rows[0]["kwargs"]["env"] == {"factory": "m:f", "kwargs": {"seed": 10, "instruction": "a"}}  # a user factory's
+    original = PLAN_WITH_KWARGS["subcollectors"][1]["workers"][0]
+    assert {k: v for k, v in rows[0].items() if k not in ("seed", "kwargs")} == \
+        {k: v for k, v in original.items() if k not in ("seed", "kwargs")}  # the plan row otherwise, exactly
+    assert original["seed"] == 2 and original["kwargs"]["seed"] == 2  # the plan itself is untouched
+
+
+PLAN_WITH_KWARGS = {**PLAN, "subcollectors": [
+    {**s, "workers": [{**r, "kwargs": {"builder": "topo.envs.user:build", "seed": r["seed"],
+                                       "env": {"factory": "m:f", "kwargs": {"seed": r["seed"], "instruction": "a"}}}}
+                      for r in s["workers"]]} for s in PLAN["subcollectors"]]}
+
+
+# -- the budget and the verdict -------------------------------------------------------------------
+
+def test_the_budget_counts_restarts_within_its_window():
+    budget = recovery.Budget({"max": 2, "window": 10})
+    assert budget.allows(100)
+    budget.spend(100)
+    budget.spend(105)
+    assert not budget.allows(109) and budget.allows(110.5)
+    assert budget.describe() == "the restart budget is spent (launch.restarts: 2 within 10s)"
+    assert recovery.Budget(None).describe() == "restarts are off (launch.restarts)"
+    forever = recovery.Budget({"max": 1, "window": None})
+    forever.spend(0)
+    assert not forever.allows(10**9)
+
+
+def monitor_of(state: RunState, restarts: dict | None) -> tuple[Monitor, list]:
+    state.plan = {**state.plan, "launch": {**state.plan["launch"], "restarts": restarts}}
+    failed = []
+    return Monitor(state, 60, Progress(False), failed.append), failed
+
+
+def test_while_collecting_a_worker_death_restarts_its_subcollector_and_only_its_successor_is_watched(tmp_path):
+    state = state_of(tmp_path, sub(0, 10, 101), sub(1, 11, 101), started(1, 0, 20, 102), started(1, 1, 21, 102),
+                     constructed(1, 1, 21, 103, seed=3), plan=PLAN_WITH_KWARGS)
+    state.phase = Phase.COLLECTING
+    monitor, failed = monitor_of(state, {"max": 1, "window": None})
+    state.record_death(Death(21, 110.0, "killed by SIGKILL"))
+    monitor.judge(failure.decide(state))
+    assert failed == [] and monitor.failure is None
+    (r,) = state.restarts
+    assert (r.subcollector, r.restart, r.cause.kind, r.cause.worker) == (1, 1, "worker-died", 1)
+    new = state.subcollectors[1]
+    assert (new.restart, new.pending, new.pid) == (1, True, None)
+    assert [w.row["seed"] for w in state.workers.values() if w.subcollector == 1] == [6, 7]  # 2, 3 + 4 workers
+    # what the retired start does next causes nothing: its subcollector's exit, a late close
+    state.record_death(Death(11, 111.0, "exit code 0"))
+    add(state, {"name": "closed", "pid": 20, "time": 111.5, "seconds": 0.1, "worker": {"subcollector": 1, "index": 0}})
+    assert failure.decide(state) is None
+    assert state.worker(1, 0, 0).closed == 111.5 and state.worker(1, 0, 1).closed is None
+    assert state.subcollector(1, 0).died.how == "exit code 0"
+    # the restart's own processes are its successor's: its builder failing is a new failure, in restart 1
+    add(state, {"name": "subcollector", "pid": 12, "time": 112, "index": 1, "start_method": "spawn", "restart": 1},
+        {"name": "failed", "pid": 22, "time": 113, "traceback": "T\nValueError: x", "restart": 1,
+         "worker": {"subcollector": 1, "index": 0}})
+    found = failure.decide(state)
+    assert (found.kind, found.restart, found.row["seed"]) == ("builder-raised", 1, 6)
+    assert found.message == "env worker failed during construction (restart 1): ValueError: x"
+    monitor.judge(found)  # the budget (1) is spent: the run fails, saying so
+    assert failed == [monitor.failure] and monitor.failure.message.endswith(
+        "; the restart budget is spent (launch.restarts: 1)")
+    assert [r.superseded for r in state.restarts] == [False]
+
+
+def test_without_a_budget_or_outside_collection_a_failure_is_the_runs(tmp_path):
+    state = state_of(tmp_path, sub(0, 10, 101), started(0, 0, 20, 102))
+    state.record_death(Death(20, 105.0, "exit code 3"))
+    monitor, failed = monitor_of(state, {"max": 5, "window": None})
+    monitor.judge(failure.decide(state))  # still starting: a startup failure ends the run
+    assert failed and failed[0].kind == "worker-died" and state.restarts == []
+    state = state_of(tmp_path / "b", sub(0, 10, 101), started(0, 0, 20, 102))
+    state.phase = Phase.COLLECTING
+    monitor, failed = monitor_of(state, None)
+    state.record_death(Death(20, 105.0, "exit code 3"))
+    monitor.judge(failure.decide(state))
+    assert failed[0].message.endswith("; restarts are off (launch.restarts)")
+
+
+def test_a_server_death_is_never_restarted(tmp_path):
+    state = state_of(tmp_path, {"name": "server", "pid": 30, "time": 101, "role": "server", "in_keys": [],
+                                "out_keys": []})
+    state.phase = Phase.COLLECTING
+    monitor, failed = monitor_of(state, {"max": 5, "window": None})
+    state.record_death(Death(30, 102.0, "killed by SIGKILL"))
+    found = failure.decide(state)
+    assert not found.restartable
+    monitor.judge(found)
+    assert failed == [found] and state.restarts == []
+
+
+# -- hangs ----------------------------------------------------------------------------------------
+
+def test_a_step_past_the_deadline_is_a_worker_hang_named_with_its_row(tmp_path):
+    state = state_of(tmp_path, sub(0, 10, 101), started(0, 0, 20, 102), started(0, 1, 21, 102))
+    beats = {0: [(200.0, 190.0), (198.0, 199.5), (195.0, 194.0)]}  # worker 1 in a step since 195
+    found = failure.hung(state, beats, timeout=10, now=206.0)
+    assert (found.kind, found.subcollector, found.worker, found.pid, found.at) == ("worker-hung", 0, 1, 21, 205.0)
+    assert found.message == ("env worker hung while collecting: its step has not returned for 11.0s (hang_timeout 10s, "
+                             "pid 21); it last finished a step 12.0s ago")
+    assert found.row == PLAN["subcollectors"][0]["workers"][1] and found.restartable
+    assert failure.hung(state, beats, timeout=10, now=204.0) is None  # not yet
+
+
+def test_a_subcollector_owing_a_batch_without_any_step_is_a_subcollector_hang(tmp_path):
+    state = state_of(tmp_path, sub(0, 10, 101), started(0, 0, 20, 102), started(0, 1, 21, 102))
+    owes = [(200.0, 150.0), (180.0, 181.0), (180.0, 182.0)]  # asked at 200, no step since 182
+    found = failure.hung(state, {0: owes}, timeout=10, now=211.0)
+    assert (found.kind, found.subcollector, found.worker, found.pid, found.at) == ("subcollector-hung", 0, None, 10, 210.0)
+    assert found.message.startswith("subcollector stopped answering while collecting: no env step for 11.0s")
+    delivered = [(200.0, 201.0), (180.0, 181.0), (180.0, 182.0)]  # its batch is out: idle, not hung
+    assert failure.hung(state, {0: delivered}, timeout=10, now=500.0) is None
+
+
+def test_beats_file_roundtrip_and_stamped_steps(tmp_path, monkeypatch):
+    monkeypatch.setenv(RESTART_VAR, "2")
+    run = RunDir(str(tmp_path))
+    heartbeat.open_subcollector(run, 1, workers=2)
+    assert heartbeat.read(str(tmp_path), 1, 2) == [(0.0, 0.0)] * 3
+    assert heartbeat.read(str(tmp_path), 1, 0) is None  # another start's file: not there
+
+    class Env:
+        def __init__(self):
+            self.inside = []
+
+        def _step(self, td):
+            self.inside.append(heartbeat.read(str(tmp_path), 1, 2)[2])
+            return td
+
+        def _reset(self, td):
+            return td
+
+    env = Env()
+    before = time.time()
+    heartbeat.watch(env, run, {"subcollector": 1, "index": 1})
+    assert env._step("td") == "td"
+    (during,) = env.inside
+    started_, ended = heartbeat.read(str(tmp_path), 1, 2)[2]
+    assert during[0] > during[1] >= before  # busy inside the step
+    assert ended >= started_ == during[0]  # idle after it
+    heartbeat.collecting()
+    assert heartbeat.read(str(tmp_path), 1, 2)[0][0] >= before
+    heartbeat.delivered()
+    slot = heartbeat.read(str(tmp_path), 1, 2)[0]
+    assert slot[1] >= slot[0]
+
+
+def test_the_monitor_bell_rings_at_a_verdict(tmp_path):
+    state = state_of(tmp_path, sub(0, 10, 101), started(0, 0, 20, 102), plan=PLAN_WITH_KWARGS)
+    state.phase = Phase.COLLECTING
+    monitor, _ = monitor_of(state, {"max": 1, "window": None})
+    assert select.select([monitor.bell], [], [], 0)[0] == []
+    state.record_death(Death(20, 105.0, "exit code 3"))
+    threading.Thread(target=monitor.judge, args=(failure.decide(state),)).start()
+    assert select.select([monitor.bell], [], [], 5)[0] == [monitor.bell]
+    assert os.read(monitor.bell, 8) == b"!"
+
+
+def test_a_death_seen_while_its_reap_hides_the_status_is_read_again(monkeypatch):
+    """Neither the pidfd nor /proc tells, for a moment: the status is read again, not given up."""
+    from topo.launch import processes
+
+    answers = iter([None, None, None, 9])  # the pidfd tells at its fourth reading (9: the wait status of SIGKILL)
+    monkeypatch.setattr(processes, "_reaped_status", lambda fd: next(answers))
+    monkeypatch.setattr(processes, "_zombie_status", lambda pid: None)
+    assert processes.exit_status(1234, pidfd=5) == "killed by SIGKILL"
+    monkeypatch.setattr(processes, "_reaped_status", lambda fd: None)
+    assert processes.exit_status(1234, pidfd=5) is None  # never told: unknown, after EXIT_STATUS_RETRY_S
+    assert processes.exit_status(1234) is None  # no pidfd: /proc was the only chance

@@ -1,0 +1,322 @@
+"""Restarts and hangs on real torchrl (toy env, nothing mocked): a subcollector whose worker died or hung,
+or which died or stopped answering itself, starts again with its plan rows while the others keep their
+envs; past the budget the run fails naming the worker; blame is exact; nothing the run started is left."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+import topo
+from topo.rundir import RESTART_VAR, RUN_DIR_VAR, RunDir
+
+from tests.launch.launch_helpers import (HANG_GUARD_S, HERE, LAUNCH_LIMITS, alive, launch, subprocess_env, summary,
+                                         toy_spec, user_spec, wait_for, write)
+
+pytestmark = pytest.mark.slow
+COLLECT = HERE / "collect.py"
+TRAINER = HERE / "trainer.py"
+
+
+def collect(tmp_path, spec: dict, *args) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    path = write(tmp_path / "spec.yaml", spec)
+    done = subprocess.run([sys.executable, str(COLLECT), str(path), "--report", str(tmp_path / "report"),
+                           *map(str, args)], env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
+    return done, [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def of(events: list[dict], name: str) -> list[dict]:
+    return [e for e in events if e["event"] == name]
+
+
+def restarting(subcollectors: int = 2, workers: int = 2, restarts: int = 1, hang_timeout: float | None = None,
+               **sections) -> dict:
+    return toy_spec(subcollectors, workers, launch={**LAUNCH_LIMITS, "restarts": {"max": restarts},
+                                                    "hang_timeout": hang_timeout}, **sections)
+
+
+def planned_groups(spec_path) -> list[list[int]]:
+    plan = topo.compile_spec(str(spec_path))
+    return [sorted(row["group"] for row in sub["workers"]) for sub in plan["subcollectors"]]
+
+
+def assert_nothing_left(report: dict, t_end: float) -> None:
+    p = report["processes"]
+    assert p["left_behind"] == [] and p["alive_after"] == []
+    pids = set(p["started"]) | {pid for pid in p["worker_pids"] + p["subcollector_pids"] if pid}
+    for r in report["restarts"]:
+        pids |= {pid for pid in [r["replaced"]["subcollector"], *r["replaced"]["workers"]] if pid}
+    left = alive(pids, t_end)
+    assert left == [], [_describe(pid) for pid in left]
+
+
+def _describe(pid: int) -> dict:
+    """What a process left behind is, for the failure message."""
+    try:
+        proc = psutil.Process(pid)
+        return {"pid": pid, "status": proc.status(), "ppid": proc.ppid(), "cmdline": proc.cmdline()[:4],
+                "created": proc.create_time(), "run_dir": proc.environ().get(RUN_DIR_VAR),
+                "restart": proc.environ().get(RESTART_VAR)}
+    except psutil.Error as exc:
+        return {"pid": pid, "error": repr(exc)}
+
+
+def test_a_killed_worker_restarts_its_subcollector_with_its_plan_rows_and_the_pushed_weights(tmp_path):
+    """Training API, sync: the killed worker's subcollector comes back with the same instructions and
+    groups, acting with the weights the trainer pushed; every batch is complete; the restart is reported."""
+    report_dir = tmp_path / "report"
+    spec = write(tmp_path / "toy.yaml", toy_spec(2, 2))
+    done = subprocess.run([sys.executable, str(TRAINER), str(spec), "--then", "kill-worker", "--restarts", "1",
+                           "--iterations", "8", "--report", str(report_dir)], env=subprocess_env(),
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+    t_end = time.time()
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert done.returncode == 0 and not of(events, "launch-error"), done.stderr
+    (killed,) = of(events, "killed")
+    batches = of(events, "batch")
+    assert [b["versions"] for b in batches] == [[i] for i in range(8)]  # complete, and acting with the pushed weights
+    assert max(b["diff"] for b in batches) < 1e-5  # the restarted copy computes what the trainer's does
+    plan = topo.compile_spec(str(spec))
+    planned = [[{"instructions": [r["instruction"]], "groups": [r["group"]]} for r in sub["workers"]]
+               for sub in plan["subcollectors"]]
+    assert all(b["rows"] == planned for b in batches)  # before and after the restart, worker for worker
+    assert batches[-1]["restarts"] == [[1, "collecting"]]
+    (restart,) = of(events, "after")[0]["restarts"]
+    cause = restart["cause"]
+    assert (cause["kind"], cause["subcollector"], cause["worker"], cause["pid"], cause["how"]) == (
+        "worker-died", 1, 1, killed["pid"], "killed by SIGKILL")
+    assert restart["seeds"] == {"planned": [106, 107], "applied": [106, 107]}  # plan seeds 102, 103 + 1 x 4 workers
+    assert restart["first_batch"]["status"] == "ok" and 0 < restart["recover_s"] < 120
+    assert killed["pid"] in restart["replaced"]["workers"]
+    assert not set(restart["started"]["workers"]) & set(restart["replaced"]["workers"])
+    report = json.loads((report_dir / "summary.json").read_text())
+    assert report["ok"] and report["restarts"] == of(events, "after")[0]["restarts"]
+    assert report["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 6}
+    assert report["constructions"]["expected"]["worker"] == 6 and report["seeds"]["mismatches"] == []
+    assert report["processes"]["subcollector_pids"][1] == restart["started"]["subcollector"]
+    assert_nothing_left(report, t_end)
+
+
+def test_topo_launch_restarts_a_killed_worker_and_reports_it(tmp_path):
+    """`topo launch`, sync: worker 1 of subcollector 1 dies by SIGKILL in its 21st step; its subcollector
+    starts again with its plan rows, the launch collects every batch asked, exits 0 and reports the restart."""
+    spec = user_spec("faulty:dying_step", 2, 2, fault_seed=3, after_steps=20)
+    spec["assignment"].update(tasks=[0, 1], instructions={0: "push left", 1: "push right"},
+                              groups={"size": 1, "candidate_size": 2})
+    spec["launch"]["restarts"] = {"max": 1}
+    report = tmp_path / "report"
+    result = launch(write(tmp_path / "spec.yaml", spec), "--batches", 40, "--report", report)
+    t_end = time.time()
+    assert result.returncode == 0, result.stderr
+    s = summary(report)
+    (restart,) = s["restarts"]
+    cause = restart["cause"]
+    assert (cause["kind"], cause["subcollector"], cause["worker"], cause["how"]) == ("worker-died", 1, 1,
+                                                                                   "killed by SIGKILL")
+    assert cause["pid"] in restart["replaced"]["workers"] and restart["row"]["seed"] == 3
+    assert restart["seeds"] == {"planned": [6, 7], "applied": [6, 7]}  # seeds 2, 3 + 1 restart x 4 workers
+    first = restart["first_batch"]
+    assert (first["status"], first["instructions"]) == ("ok", ["push left", "push right"])  # this env has no group ids
+    assert s["launch"]["batches_collected"] == 40 and restart["outcome"] == "collecting"
+    assert 0 < restart["recover_s"] < 120
+    new_pids = f"pids {restart['started']['subcollector']} {restart['started']['workers']}"
+    assert ("restart 1 of sub1 at " in result.stdout and "sub1/w1 worker-died (killed by SIGKILL); first batch"
+            in result.stdout and f"{new_pids}, seeds [6, 7]" in result.stdout), result.stdout
+    assert_nothing_left(s, t_end)
+
+
+def test_without_restarts_a_killed_fork_worker_is_blamed_exactly(tmp_path):
+    """The issue's case: forked workers, 2 x 3, worker 1 of subcollector 1 SIGKILLed while collecting; the
+    launch fails naming that worker alone, not a neighbour or its subcollector (torchrl's own failure)."""
+    spec = user_spec("faulty:dying_step", 2, 3, fault_seed=4, after_steps=5)
+    spec["topology"]["start_method"] = {"workers": "fork"}
+    report = tmp_path / "report"
+    result = launch(write(tmp_path / "spec.yaml", spec), "--batches", 10**6, "--report", report, "--quiet")
+    t_end = time.time()
+    assert result.returncode == 1, result.stderr
+    assert "env worker died while collecting without a traceback (killed by SIGKILL" in result.stderr
+    assert "at subcollector 1, worker 1" in result.stderr and "seed=4" in result.stderr
+    assert "At least one process failed" not in result.stderr
+    s = summary(report)
+    failure = s["error"]["failure"]
+    assert (failure["kind"], failure["subcollector"], failure["worker"]) == ("worker-died", 1, 1)
+    assert failure["pid"] == s["processes"]["worker_pids"][4]
+    assert_nothing_left(s, t_end)
+
+
+def test_async_a_killed_worker_loses_only_its_subcollector_rollout(tmp_path):
+    spec = restarting(collector={"sync": False})
+    done, events = collect(tmp_path, spec, "--do", "kill:worker:0:1", "--at", 2, "--after", 10)
+    t_end = time.time()
+    assert done.returncode == 0 and not of(events, "launch-error"), done.stderr
+    (action,) = of(events, "done")
+    batches = of(events, "batch")
+    sub0, sub1 = planned_groups(tmp_path / "spec.yaml")
+    assert all(b["groups"] in (sub0, sub1) for b in batches)  # each async batch: one subcollector's planned rows
+    during = [b for b in batches if b["restarts"] and b["restarts"][0][1] == "starting"]
+    assert during and all(b["groups"] == sub1 for b in during)  # the other one went on while sub0 restarted
+    assert any(b["groups"] == sub0 and b["restarts"] == [[0, "collecting"]] for b in batches)  # sub0 is back
+    report = of(events, "after")[0]["report"]
+    (restart,) = report["restarts"]
+    assert (restart["cause"]["kind"], restart["cause"]["worker"], restart["cause"]["pid"]) == ("worker-died", 1,
+                                                                                            action["pid"])
+    assert report["ok"] and report["constructions"]["by_role"]["worker"] == 6
+    assert_nothing_left(report, t_end)
+
+
+def test_a_killed_subcollector_restarts(tmp_path):
+    done, events = collect(tmp_path, restarting(), "--do", "kill:subcollector:1", "--after", 4)
+    t_end = time.time()
+    assert done.returncode == 0 and not of(events, "launch-error"), done.stderr
+    (action,) = of(events, "done")
+    report = of(events, "after")[0]["report"]
+    (restart,) = report["restarts"]
+    assert (restart["cause"]["kind"], restart["cause"]["subcollector"], restart["cause"]["pid"], restart["cause"]["how"]) \
+        == ("subcollector-died", 1, action["pid"], "killed by SIGKILL")
+    assert restart["first_batch"]["status"] == "ok"
+    assert report["processes"]["subcollector_exit_codes"] == [0, 0]  # the restarted one shut down cleanly
+    assert_nothing_left(report, t_end)
+
+
+def test_sigkill_of_the_trainer_during_a_restart_leaves_no_process(tmp_path):
+    """The trainer dies while subcollector 0 starts again: the watcher ends the old processes and the new."""
+    path = write(tmp_path / "spec.yaml", restarting())
+    proc = subprocess.Popen([sys.executable, str(COLLECT), str(path), "--report", str(tmp_path / "report"),
+                             "--do", "kill:worker:0:1", "--at", "1"],
+                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        run_dir = _event(proc, "ready")["run_dir"]
+        _event(proc, "done")
+        restarted = wait_for(lambda: [m["pid"] for m in RunDir(run_dir).read_all("markers") if m["restart"]],
+                             what="a process of the restart")
+    finally:
+        proc.kill()
+        proc.wait()
+    wait_for(lambda: os.path.exists(os.path.join(run_dir, "watcher.json")), timeout=60, what="the watcher's record")
+    record = json.loads(open(os.path.join(run_dir, "watcher.json")).read())
+    named = {m["pid"] for m in RunDir(run_dir).read_all("markers")}  # first starts and the restart's processes
+    assert set(restarted) <= named and set(restarted) <= set(record["terminated"])
+    assert record["left"] == []
+    wait_for(lambda: alive(named, time.time()) == [], timeout=30, what="every process of the run to be gone")
+
+
+def test_a_subcollector_that_stops_answering_is_found_and_restarted(tmp_path):
+    done, events = collect(tmp_path, restarting(hang_timeout=3), "--do", "stop:subcollector:0", "--after", 4)
+    t_end = time.time()
+    assert done.returncode == 0 and not of(events, "launch-error"), done.stderr
+    (action,) = of(events, "done")
+    report = of(events, "after")[0]["report"]
+    (restart,) = report["restarts"]
+    cause = restart["cause"]
+    assert (cause["kind"], cause["subcollector"], cause["pid"]) == ("subcollector-hung", 0, action["pid"])
+    assert "no env step for" in cause["message"] and "hang_timeout 3s" in cause["message"]
+    found_after = cause["at"] - action["time"] + restart["decided_s"] - restart["failed_s"]
+    assert 2.5 < found_after < 3 + 1.5  # the deadline after its last step or ask, + the heartbeat scan
+    assert_nothing_left(report, t_end)
+
+
+def test_a_hung_step_is_found_named_and_restarted(tmp_path):
+    spec = user_spec("faulty:hanging_step", 2, 2, fault_seed=3, after_steps=4)
+    spec["launch"].update(restarts={"max": 1}, hang_timeout=3)
+    done, events = collect(tmp_path, spec, "--after", 4)
+    t_end = time.time()
+    assert done.returncode == 0 and not of(events, "launch-error"), done.stderr
+    report = of(events, "after")[0]["report"]
+    (restart,) = report["restarts"]
+    cause = restart["cause"]
+    assert (cause["kind"], cause["subcollector"], cause["worker"]) == ("worker-hung", 1, 1)  # seed 3: global index 3
+    assert "its step has not returned for" in cause["message"] and cause["pid"] in restart["replaced"]["workers"]
+    assert restart["seeds"]["applied"] == [6, 7]  # seeds 2, 3 + 4: the restart does not hang
+    assert_nothing_left(report, t_end)
+
+
+def test_a_hung_step_without_restarts_fails_naming_the_worker(tmp_path):
+    spec = user_spec("faulty:hanging_step", 2, 2, fault_seed=2, after_steps=3)
+    spec["launch"]["hang_timeout"] = 3
+    report = tmp_path / "report"
+    result = launch(write(tmp_path / "hang.yaml", spec), "--batches", 10**6, "--report", report, "--quiet")
+    t_end = time.time()
+    assert result.returncode == 1, result.stderr
+    assert "env worker hung while collecting: its step has not returned for" in result.stderr
+    assert "restarts are off (launch.restarts)" in result.stderr
+    assert "at subcollector 1, worker 0" in result.stderr and "seed=2" in result.stderr
+    s = summary(report)
+    assert s["error"]["failure"]["kind"] == "worker-hung" and s["restarts"] == []
+    assert s["error"]["failure"]["pid"] in s["processes"]["worker_pids"]
+    assert_nothing_left(s, t_end)
+
+
+def test_past_the_budget_the_run_fails_naming_the_worker(tmp_path):
+    """Every restart's builder raises: restarts until the budget is spent, then exit 1 with that worker."""
+    spec = user_spec("faulty:raising_when_restarted", 2, 2, fault_seed=2, stride=4)
+    spec["launch"]["restarts"] = {"max": 2, "window": 600}
+    done, events = collect(tmp_path, spec, "--do", "kill:worker:1:0")
+    t_end = time.time()
+    (err,) = of(events, "launch-error")
+    assert (err["subcollector"], err["worker"], err["row"]["seed"]) == (1, 0, 2 + 2 * 4)  # restart 2's seed
+    assert "env worker failed during construction (restart 2): RuntimeError: planted failure" in err["message"]
+    assert "the restart budget is spent (launch.restarts: 2 within 600s)" in err["message"]
+    report = of(events, "after")[0]["report"]
+    assert report["exit_code"] == 1 and [r["restart"] for r in report["restarts"]] == [1, 2]
+    assert [r["cause"]["kind"] for r in report["restarts"]] == ["worker-died", "builder-raised"]
+    assert [r["outcome"] for r in report["restarts"]] == ["superseded", "starting"]
+    assert_nothing_left(report, t_end)
+
+
+def test_blame_is_exact_over_repeated_kills_with_fork_workers(tmp_path):
+    """Forked env workers (the start method whose deaths raced torchrl's own check before): each kill of a
+    random worker is blamed on that worker, with its signal."""
+    spec = restarting(2, 3, restarts=3)
+    spec["topology"]["start_method"] = {"workers": "fork"}
+    path = write(tmp_path / "spec.yaml", spec)
+    proc = subprocess.Popen([sys.executable, str(COLLECT), str(path), "--report", str(tmp_path / "report"),
+                             "--after", str(10**6)],
+                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    rng = random.Random(11)
+    killed = []
+    try:
+        ready = _event(proc, "ready")
+        for k in range(3):
+            wait_for(lambda: _all_collecting(RunDir(ready["run_dir"]), k), what=f"restart {k} collecting")
+            c, w = rng.randrange(2), rng.randrange(3)
+            pid = _current_pid(RunDir(ready["run_dir"]), c, w)
+            os.kill(pid, signal.SIGKILL)
+            killed.append((c, w, pid))
+        wait_for(lambda: _all_collecting(RunDir(ready["run_dir"]), 3), what="the last restart collecting")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=HANG_GUARD_S)
+    report = json.loads((tmp_path / "report" / "summary.json").read_text())
+    blamed = [(r["cause"]["subcollector"], r["cause"]["worker"], r["cause"]["pid"]) for r in report["restarts"]]
+    assert blamed == killed
+    assert all(r["cause"]["how"] == "killed by SIGKILL" for r in report["restarts"])
+    assert_nothing_left(report, time.time())
+
+
+def _event(proc: subprocess.Popen, name: str) -> dict:
+    while True:
+        line = proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"no {name} event")
+        if line.startswith("{") and json.loads(line)["event"] == name:
+            return json.loads(line)
+
+
+def _all_collecting(run, restarts: int) -> bool:
+    """``restarts`` restarts so far, the last one collecting: its observed record exists."""
+    starts = [m for m in run.read_all("markers") if m["name"] == "subcollector" and m["restart"]]
+    return len(starts) == restarts and all(
+        os.path.exists(os.path.join(run.path, "observed", f"sub{m['index']}.r{m['restart']}.json")) for m in starts)
+
+
+def _current_pid(run, c: int, w: int) -> int:
+    built = [m for m in run.read_all("markers") if m["name"] == "constructed"
+             and (m["worker"]["subcollector"], m["worker"]["index"]) == (c, w)]
+    return max(built, key=lambda m: m["restart"])["pid"]

@@ -1,0 +1,313 @@
+"""torchrl's multi-process collectors, able to start one subcollector again while the others collect.
+
+:class:`Respawning` is mixed into ``MultiSyncCollector`` and ``MultiAsyncCollector`` (the real ones:
+their iterators, shutdown and weight sync are torchrl's). It changes what torchrl sees of its
+subcollectors, not what torchrl does with them:
+
+- ``procs[c]`` answers ``is_alive()`` by asking the run (:class:`~topo.launch.recovery.Recovery`):
+  torchrl asks before each batch and every second it waits. The run's failure is raised there; a
+  subcollector the monitor decided to restart is started again there, with the arguments torchrl gave
+  its first process (captured when torchrl made it) but a new pipe, its restart's env factory (same
+  plan rows, the restart's seeds), its policy factory, and new weight-sync queues. torchrl's own
+  "At least one process failed" (which terminates every subcollector) is never reached.
+- ``pipes[c]`` remembers whether subcollector ``c`` owes a batch (torchrl sent "continue" and got
+  nothing back yet): a restarted subcollector that owes one is asked for it again.
+- ``queue_out`` also reads the private queue each restarted subcollector writes to, and drops what the
+  shared queue still holds from a subcollector since restarted.
+
+The contract (the batch in flight): sync, the batch being gathered waits for the restarted
+subcollector's first rollout and has every subcollector, as always; what a subcollector delivered
+before it failed is used, what it was collecting is lost. Async, the failed subcollector's rollout in
+flight is lost; the others' batches are not touched. Weight updates: :meth:`update_policy_weights_`
+waits for every subcollector's acknowledgement itself, and a subcollector restarted meanwhile starts
+from the weights just pushed.
+"""
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import os
+import queue as queues
+from multiprocessing import connection
+from typing import Any
+
+from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector, _multi_base
+from torchrl.collectors.utils import _stage_unshareable_weights_on_cpu
+from torchrl.data.utils import CloudpickleWrapper
+from torchrl.weight_update import MultiProcessWeightSyncScheme
+from torchrl.weight_update._mp import MPTransport
+
+CONTINUE = ("continue", "continue_random")
+ACK_POLL_S = 0.05
+
+
+class Respawning:
+    """Mixin: ``class X(Respawning, MultiSyncCollector)``. ``recovery`` is set once the collector is built."""
+
+    recovery = None  # topo.launch.recovery.Recovery: None until the run hands it over (then restarts work)
+
+    def _run_processes(self) -> None:
+        """torchrl's, recording how it made each subcollector process (Python forgets a started process's arguments)."""
+        made: list[tuple[Any, dict]] = []
+        original = _multi_base._make_process_no_warn_cls
+
+        def recording(ctx=None):
+            cls = original(ctx)
+
+            def make(**kwargs):
+                made.append((cls, kwargs))
+                return cls(**kwargs)
+
+            return make
+
+        _multi_base._make_process_no_warn_cls = recording
+        try:
+            super()._run_processes()
+        finally:
+            _multi_base._make_process_no_warn_cls = original
+        self._made = made
+        self._real = list(self.procs)
+        self._restarts = [0] * len(self._real)  # restarts begun, per subcollector
+        self._starting: dict[int, tuple[int, Any]] = {}  # c -> (its restart number, its pipe) until instantiated
+        self._live = True
+        self.procs = [_Process(self, c) for c in range(len(self._real))]
+        self.pipes = [_Pipe(p, functools.partial(self._asked, c)) for c, p in enumerate(self.pipes)]
+        self.queue_out = _Inbox(self.queue_out, self.pipes, self)
+
+    # -- what torchrl asks ----------------------------------------------------------------------
+    def _alive(self, c: int) -> bool:
+        proc = self._real[c]
+        recovery = self.recovery
+        if recovery is None or not self._live:
+            return not proc._closed and proc.is_alive()  # torchrl's own answer
+        recovery.check()
+        recovery.bury()
+        if c in self._starting:
+            self._poll(c)
+        elif recovery.lost(c):
+            self._begin(c, proc)
+        elif not proc.is_alive():
+            recovery.settle(c, proc.pid, proc.exitcode)
+            self._begin(c, proc)
+        return True
+
+    def _asked(self, c: int) -> None:
+        if self.recovery is not None:
+            self.recovery.asked(c)
+
+    def _begin(self, c: int, old) -> None:
+        """Set the process of subcollector ``c`` aside and start its restart (ready later: :meth:`_poll`)."""
+        recovery = self.recovery
+        recovery.retire(c, old)
+        restart, env_factory, policy_factory, environment = recovery.begin(c)
+        cls, made = self._made[c]
+        start = made["_start_method"]
+        ctx = multiprocessing.get_context(start)
+        parent, child = ctx.Pipe()
+        out = ctx.Queue(self._queue_len)
+        kwargs = {**made["kwargs"], "pipe_child": child, "queue_out": out, "create_env_fn": CloudpickleWrapper(env_factory)}
+        if policy_factory is not None:
+            kwargs["policy_factory"] = CloudpickleWrapper(policy_factory)
+        wiring = _Wiring(kwargs.get("weight_sync_schemes"), c, ctx)
+        with environment:
+            proc = cls(target=made["target"], num_threads=made["num_threads"], _start_method=start, kwargs=kwargs)
+            proc.start()
+        child.close()
+        wiring.send_weights(self, recovery.current_weights())
+        self._real[c] = proc
+        self._restarts[c] += 1
+        self._starting[c] = (restart, parent)
+        self.queue_out.serve(c, out, parent)  # from now on, what the old process still sends is dropped
+
+    def _poll(self, c: int) -> None:
+        """A restart of ``c`` is starting: once it is instantiated, torchrl talks to it (and asks for the
+        batch it owes); if it failed and another restart was decided, that one begins."""
+        restart, parent = self._starting[c]
+        state = self.recovery.poll_ready(c, restart, parent, self._real[c])
+        if state == "lost":
+            del self._starting[c]
+            parent.close()
+            self._begin(c, self._real[c])
+        elif state == "ready":
+            del self._starting[c]
+            self.queue_out.started(c)
+            self.pipes[c].replace(parent)
+            self.pipes[c].ask_again()
+            self.recovery.ready(c)
+
+    # -- weights --------------------------------------------------------------------------------
+    def update_policy_weights_(self, policy_or_weights=None, *, worker_ids=None, **kwargs) -> None:
+        """torchrl's push; then wait for each subcollector's acknowledgement, restarting a lost one
+        (which starts from the weights just pushed) instead of waiting for it forever."""
+        scheme = (self._weight_sync_schemes or {}).get("policy")
+        if self.recovery is None or scheme is None or scheme.sync or worker_ids is not None:
+            return super().update_policy_weights_(policy_or_weights, worker_ids=worker_ids, **kwargs)
+        for c in range(len(self._real)):
+            self._alive(c)  # a lost subcollector would never acknowledge: start it first
+        waiting = {c: (self._restarts[c], scheme._ack_queues[c]) for c in range(len(self._real))}
+        super().update_policy_weights_(policy_or_weights, worker_ids=worker_ids, **kwargs)
+        while waiting:  # a restarting subcollector acknowledges once it is up (its receiver reads the push then)
+            for c, (restarts, acks) in list(waiting.items()):
+                try:
+                    acks.get(timeout=ACK_POLL_S)
+                except queues.Empty:
+                    self._alive(c)
+                    if self._restarts[c] == restarts:
+                        continue
+                del waiting[c]  # acknowledged, or restarted since: the restart starts from the weights pushed
+
+    # -- the end --------------------------------------------------------------------------------
+    def shutdown(self, *args, **kwargs):
+        self._live = False  # torchrl's shutdown asks is_alive() too: no restart from there
+        for c in list(getattr(self, "_starting", ())):  # not connected: it would never hear "close"
+            self.recovery.abandon(c, self._real[c])
+            del self._starting[c]
+        return super().shutdown(*args, **kwargs)
+
+
+class _Process:
+    """``procs[c]`` as torchrl sees it: the current process of subcollector ``c``, alive as the run says."""
+
+    def __init__(self, owner: Respawning, c: int):
+        self._owner = owner
+        self._c = c
+
+    def is_alive(self) -> bool:
+        return self._owner._alive(self._c)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._owner._real[self._c], name)
+
+
+class _Pipe:
+    """``pipes[c]``: the connection to subcollector ``c``, remembering whether it owes a batch (and
+    stamping its heartbeat when one is asked: :mod:`topo.heartbeat`)."""
+
+    def __init__(self, conn, on_ask):
+        self.conn = conn
+        self.on_ask = on_ask
+        self.owes = False
+        self.asked = "continue"
+
+    def send(self, obj: Any) -> None:
+        message = obj[1] if isinstance(obj, tuple) and len(obj) == 2 else None
+        if message in CONTINUE:
+            self.owes, self.asked = True, message
+            self.on_ask()
+        try:
+            self.conn.send(obj)
+        except (BrokenPipeError, ConnectionResetError):
+            if message not in CONTINUE:
+                raise
+            # it died: the next check starts it again and asks again
+
+    def replace(self, conn) -> None:
+        self.conn.close()
+        self.conn = conn
+
+    def ask_again(self) -> None:
+        if self.owes:
+            self.send((None, self.asked))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+
+class _Inbox:
+    """``queue_out``: torchrl's shared output queue, and the private queue of each restarted subcollector.
+
+    It also waits on the pipe of each restart that is starting, and on the monitor's bell: the moment a
+    restart says "instantiated", or the monitor decides a restart or the run's failure, ``get`` returns
+    empty-handed, so that torchrl checks its processes at once (:meth:`Respawning._alive` acts then).
+    """
+
+    def __init__(self, shared, pipes: list[_Pipe], owner: Respawning):
+        self.shared = shared
+        self.private: dict[int, Any] = {}
+        self.starting: dict[int, Any] = {}
+        self.pipes = pipes
+        self.owner = owner
+
+    def serve(self, c: int, queue, pipe) -> None:
+        self.private[c] = queue  # a previous private queue of c is dropped with what it holds
+        self.starting[c] = pipe
+
+    def started(self, c: int) -> None:
+        self.starting.pop(c, None)
+
+    def get(self, block: bool = True, timeout: float | None = None):
+        while True:
+            item, source = self._get_any(timeout if block else 0)
+            c = _sender(item)
+            if source is self.shared and c in self.private:
+                continue  # written by a subcollector since restarted: its successor collects instead
+            if c is not None and 0 <= c < len(self.pipes):
+                self.pipes[c].owes = False
+            return item
+
+    def _get_any(self, timeout: float | None):
+        queues_ = [self.shared, *self.private.values()]
+        recovery = self.owner.recovery
+        bell = [recovery.monitor.bell] if recovery is not None else []
+        ready = connection.wait([q._reader for q in queues_] + list(self.starting.values()) + bell, timeout)
+        for q in queues_:
+            if q._reader in ready:
+                try:
+                    return q.get(block=False), q
+                except queues.Empty:
+                    continue
+        if bell and bell[0] in ready:
+            os.read(bell[0], 64)
+        raise queues.Empty
+
+    def close(self) -> None:
+        for q in (self.shared, *self.private.values()):
+            q.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.shared, name)
+
+
+def _sender(item: Any) -> int | None:
+    """The subcollector index in an item of torchrl's output queue: ``((data, idx), j)``, ``(idx, j)``."""
+    head = item[0] if isinstance(item, tuple) and item else None
+    if isinstance(head, tuple) and len(head) == 2 and isinstance(head[1], int):
+        return head[1]
+    return head if isinstance(head, int) else None
+
+
+class _Wiring:
+    """A restarted subcollector's weight-sync queues (new ones: the old process may have died holding
+    one) and its first weights, as torchrl's scheme gave them to the first process."""
+
+    def __init__(self, schemes: dict | None, c: int, ctx):
+        self.scheme = (schemes or {}).get("policy")
+        self.c = c
+        if self.scheme is None:
+            return
+        scheme = self.scheme
+        for name in ("_weight_init_queues", "_instruction_queues", "_ack_queues"):
+            getattr(scheme, name)[c] = ctx.Queue()
+        if isinstance(scheme, MultiProcessWeightSyncScheme):
+            scheme._sender_transports[c] = MPTransport(weight_queue=scheme._weight_init_queues[c],
+                                                       ack_queue=scheme._ack_queues[c])
+
+    def send_weights(self, collector, weights) -> None:
+        scheme, c = self.scheme, self.c
+        if scheme is None:
+            return
+        if isinstance(scheme, MultiProcessWeightSyncScheme):
+            prepared = scheme.prepare_weights(weights=weights, model_id=scheme.model_id, strategy=scheme._strategy,
+                                              context=collector)
+            scheme._sender_transports[c].send_weights_async(_stage_unshareable_weights_on_cpu(prepared),
+                                                            model_id=scheme.model_id)
+        else:  # shared memory: the buffer every copy reads, updated in place by each push
+            scheme._weight_init_queues[c].put(scheme.shared_transport._params_map[c])
+
+
+class RespawningSyncCollector(Respawning, MultiSyncCollector):
+    """torchrl's ``MultiSyncCollector``, restarting a subcollector in place (:class:`Respawning`)."""
+
+
+class RespawningAsyncCollector(Respawning, MultiAsyncCollector):
+    """torchrl's ``MultiAsyncCollector``, restarting a subcollector in place (:class:`Respawning`)."""
