@@ -142,12 +142,8 @@ class Recovery:
     def settle(self, index: int, pid: int | None, exitcode: int | None) -> None:
         """The process of subcollector ``index`` ended: wait for the monitor's verdict; if it saw nothing
         within ``SETTLE_S``, judge the death itself. Returns when a restart is decided; raises otherwise."""
-        deadline = time.monotonic() + SETTLE_S
-        while time.monotonic() < deadline:
-            self.check()
-            if self.lost(index):
-                return
-            time.sleep(POLL_S / 2)
+        if self._verdict_within_settle(index):
+            return
         how = processes.describe_exitcode(exitcode)
         with self.monitor.lock:
             restart = self.state.subcollectors[index].restart
@@ -239,14 +235,20 @@ class Recovery:
         self.check()
         return "lost"
 
-    def _judge_startup_error(self, index: int, restart: int, pid: int, message: Any) -> None:
-        """The restarted subcollector sent an error: the monitor's verdict on its records, else this error."""
+    def _verdict_within_settle(self, index: int) -> bool:
+        """Whether the monitor decided to restart subcollector ``index`` within ``SETTLE_S`` (raises its failure)."""
         deadline = time.monotonic() + SETTLE_S
         while time.monotonic() < deadline:
             self.check()
             if self.lost(index):
-                return
+                return True
             time.sleep(POLL_S / 2)
+        return False
+
+    def _judge_startup_error(self, index: int, restart: int, pid: int, message: Any) -> None:
+        """The restarted subcollector sent an error: the monitor's verdict on its records, else this error."""
+        if self._verdict_within_settle(index):
+            return
         text = f"{message.get('exception_type')}: {message.get('exception_msg')}" if isinstance(message, dict) else str(message)
         trace = message.get("traceback") if isinstance(message, dict) else None
         self.monitor.judge(failures.subcollector_failed(index, restart, pid, text.splitlines()[0] if text else "", trace))
