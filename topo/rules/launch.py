@@ -1,6 +1,8 @@
 """Rules on the launch and collector sections."""
 from __future__ import annotations
 
+import math
+
 from ..diagnostics import Diagnostic, error, warning
 from ..spec import Spec
 from .context import Context
@@ -30,8 +32,7 @@ def launch(spec: Spec, ctx: Context) -> list[Diagnostic]:
         if spec.frames_per_batch % spec.subcollectors:
             out.append(error("frames-per-batch-split", f"frames_per_batch {spec.frames_per_batch} does not split over "
                              f"{spec.subcollectors} subcollectors ({spec.frames_per_batch} % {spec.subcollectors} = "
-                             f"{spec.frames_per_batch % spec.subcollectors})", fpb_path,
-                             f"use a multiple of {spec.subcollectors}"))
+                             f"{spec.frames_per_batch % spec.subcollectors})", fpb_path, _frames_hint(spec)))
             return out
         per_sub = spec.frames_per_batch // spec.subcollectors
     for m in sorted(set(spec.workers)):
@@ -39,8 +40,18 @@ def launch(spec: Spec, ctx: Context) -> list[Diagnostic]:
             what = f"{spec.frames_per_batch} / {spec.subcollectors} = {per_sub}" if spec.sync else str(per_sub)
             out.append(error("frames-per-batch-split", f"each subcollector collects {what} frames per batch, not a "
                              f"multiple of its {m} workers ({per_sub} % {m} = {per_sub % m})", fpb_path,
-                             "a subcollector batch of F frames over M workers is [M, F/M]: make F a multiple of M"))
+                             "a subcollector batch of F frames over M workers is [M, F/M]; " + _frames_hint(spec)))
     return out
+
+
+def _frames_hint(spec: Spec) -> str:
+    """The frames_per_batch values nearest the spec's that split evenly: every worker collects alike."""
+    workers = math.lcm(*set(spec.workers))
+    unit = workers * spec.subcollectors if spec.sync else workers
+    why = f"{spec.subcollectors} subcollectors x {workers} workers" if spec.sync else f"{workers} workers"
+    below, above = spec.frames_per_batch // unit * unit, (spec.frames_per_batch // unit + 1) * unit
+    near = f"{below} or {above}" if below else str(above)
+    return f"use {near} (a multiple of {unit} = {why})" if unit > 1 else f"use {near}"
 
 
 def recovery(spec: Spec, ctx: Context) -> list[Diagnostic]:
