@@ -279,22 +279,6 @@ class Recovery:
         return next(r for r in reversed(self.state.restarts) if (r.subcollector, r.restart) == (index, sub.restart))
 
 
-@contextlib.contextmanager
-def restart_variable(restart: int):
-    """``TOPO_RESTART`` set while a restarted subcollector starts (its processes write it in every record)."""
-    from ..rundir import RESTART_VAR
-
-    saved = os.environ.get(RESTART_VAR)
-    os.environ[RESTART_VAR] = str(restart)
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop(RESTART_VAR, None)
-        else:
-            os.environ[RESTART_VAR] = saved
-
-
 def hang_kill(found: Failure) -> None:
     """A hang found: SIGKILL the process that hangs (a worker, or the subcollector), so that it is a death."""
     if found.kind in ("worker-hung", "subcollector-hung") and found.pid:

@@ -36,12 +36,12 @@ from typing import Any, Callable
 from .. import gl
 from ..errors import Interrupted, TopoError, UsageError
 from ..plan import engine
-from ..rundir import RUN_DIR_VAR, SLOTS_VAR, RunDir
+from ..rundir import RESTART_VAR, RUN_DIR_VAR, SLOTS_VAR, RunDir
 from . import failure as failures, observe, plans, processes, watcher
 from .monitor import Monitor
 from .policy import Placement, PolicySetup
 from .progress import Progress
-from .recovery import Recovery, restart_variable
+from .recovery import Recovery
 from .state import Phase, RunState
 
 SETTLE_S = 2.0  # after torchrl raises: time for the monitor to see the death or record behind it
@@ -234,34 +234,29 @@ class Run:
         self.state.phase = Phase.COLLECTING
 
     @contextlib.contextmanager
-    def _launch_environment(self):
-        """What the processes started now inherit: the run directory, start slots, GL held off (:mod:`topo.gl`)."""
-        saved = {var: os.environ.get(var) for var in (RUN_DIR_VAR, SLOTS_VAR, TRAINER_VAR)}
-        os.environ[RUN_DIR_VAR] = self.state.run.path
-        os.environ[TRAINER_VAR] = str(os.getpid())
+    def _launch_environment(self, restart: int = 0):
+        """What the processes started now inherit: the run directory, start slots, the restart number of a
+        subcollector started again, GL held off (:mod:`topo.gl`)."""
+        values = {RUN_DIR_VAR: self.state.run.path, TRAINER_VAR: str(os.getpid())}
         if self.max_concurrent_starts:
-            os.environ[SLOTS_VAR] = str(self.max_concurrent_starts)
+            values[SLOTS_VAR] = str(self.max_concurrent_starts)
+        if restart:
+            values[RESTART_VAR] = str(restart)
         held = gl.HELD_VAR not in os.environ
         gl.hold()
         logs = self._log_to(os.path.join(self.state.run.path, "processes.log")) if self.process_logs else None
         try:
-            yield
+            with _environ(values):
+                yield
         finally:
             if logs is not None:
                 logs()
             if held:
                 gl.release()
-            for var, value in saved.items():
-                if value is None:
-                    os.environ.pop(var, None)
-                else:
-                    os.environ[var] = value
 
-    @contextlib.contextmanager
     def restart_environment(self, restart: int):
         """The launch window, for the processes of a subcollector's ``restart``-th start."""
-        with self._launch_environment(), restart_variable(restart):
-            yield
+        return self._launch_environment(restart)
 
     @staticmethod
     def _log_to(path: str) -> Callable[[], None]:
@@ -495,3 +490,18 @@ class _TrainerState:
             sys.modules["torch"].set_num_threads(self.threads)
         for s, handler in self.handlers.items():
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]):
+    """``os.environ`` with ``values`` set, each variable put back as it was afterwards."""
+    saved = {var: os.environ.get(var) for var in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
