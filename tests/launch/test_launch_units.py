@@ -99,6 +99,15 @@ def test_the_first_death_is_blamed_whatever_order_it_is_seen_in(tmp_path):
     assert (err.subcollector, err.worker, err.row["global_index"], err.exit_code) == (1, 1, 3, 1)
 
 
+def test_seen_at_one_instant_a_sigtermed_sibling_is_not_blamed(tmp_path):
+    """A worker SIGKILLed, its sibling SIGTERMed by the subcollector's shutdown, both seen in one poll."""
+    state = state_with(tmp_path, sub(0, 10, 101), sub(1, 11, 101), started(1, 0, 20, 102), started(1, 1, 21, 102))
+    state.record_death(Death(20, 110.0, "killed by SIGTERM"))  # seen first, listed first
+    state.record_death(Death(21, 110.0, "killed by SIGKILL"))
+    found = failure.decide(state)
+    assert (found.subcollector, found.worker, found.pid, found.how) == (1, 1, 21, "killed by SIGKILL")
+
+
 def test_a_subcollector_dying_first_is_blamed_over_its_orphans(tmp_path):
     state = state_with(tmp_path, sub(0, 10, 101), started(0, 0, 20, 102),
                        {"name": "constructed", "pid": 20, "time": 103, "seed": 0, "seconds": 1.0,

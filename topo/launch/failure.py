@@ -63,7 +63,13 @@ def decide(state: RunState, until: float | None = None) -> Failure | None:
     found = [f for f in _candidates(state) if until is None or f.at is None or f.at < until]
     if not found:
         return None
-    return min(found, key=lambda f: (f.at if f.at is not None else float("inf"), _RANK[f.kind]))
+    return min(found, key=lambda f: (f.at if f.at is not None else float("inf"), _RANK[f.kind], _ended(f)))
+
+
+def _ended(f: Failure) -> bool:
+    """A process SIGTERMed is one a shutdown ended (torchrl ends a dead worker's siblings so): at one instant,
+    the other death is the cause."""
+    return f.how == "killed by SIGTERM"
 
 
 def _candidates(state: RunState):

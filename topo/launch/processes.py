@@ -76,9 +76,11 @@ class DeathWatch:
         if found:
             timeout = 0
         if self._fds and self._poll is not None:
-            for fd, _ in self._poll.poll(max(0, int(timeout * 1000))):
+            ready = self._poll.poll(max(0, int(timeout * 1000)))
+            seen = time.time()  # one poll shows deaths together, in no order: each happened before now
+            for fd, _ in ready:
                 pid = self._fds.pop(fd)
-                found.append(Death(pid, time.time(), exit_status(pid, fd)))
+                found.append(Death(pid, seen, exit_status(pid, fd)))
                 self._poll.unregister(fd)
                 os.close(fd)
         elif timeout > 0:
