@@ -58,13 +58,15 @@ def run_checks(plan: dict) -> list[Check]:
     """Every check for ``plan`` on this host; the subprocess probes run concurrently."""
     backend = _backend(plan)
     gpus = sorted({w["render_gpu"] for sub in plan["subcollectors"] for w in sub["workers"]} - {None})
-    probes = {"imports": _start("imports", [plan["env"]["backend"], plan["env"]["builder"], *_factory_modules(plan)])}
+    probes = {"imports": _start("imports", [plan["env"]["backend"], plan["env"]["builder"], *_factory_modules(plan)]),
+              "torchrl": _start("torchrl", list(_features(plan)))}
     if backend is not None and backend.uses_gl(plan["env"]["kwargs"]):
         probes["gl"] = _start("gl")
     if gpus:
         probes["egl"] = _start("egl")
     results = {name: _finish(proc, IMPORT_TIMEOUT if name == "imports" else GL_TIMEOUT) for name, proc in probes.items()}
-    checks = [check_backend(plan["env"]["backend"], backend), check_imports(plan, results["imports"], backend)]
+    checks = [check_backend(plan["env"]["backend"], backend), check_imports(plan, results["imports"], backend),
+              check_torchrl(results["torchrl"], _features(plan))]
     if "gl" in results:
         checks.append(check_gl(results["gl"]))
     render = plan.get("render") or {}  # plans written before render numbering: CUDA indices
@@ -132,6 +134,23 @@ def check_imports(plan: dict, probe: dict, backend: Backend | None) -> Check:
         return Check("imports", FAIL, f"{builder} does not import: {probe['error']}", hint)
     versions = ", ".join(f"{k} {v}" for k, v in probe.get("versions", {}).items())
     return Check("imports", OK, f"{builder} imports ({versions}) in {probe.get('seconds', 0):.1f} s")
+
+
+def check_torchrl(probe: dict, features: tuple[str, ...]) -> Check:
+    """The installed torchrl against what topo needs of it for this plan (:mod:`topo.launch.boundary`)."""
+    from .launch.boundary import Support
+
+    if "error" in probe and "version" not in probe:
+        return Check("torchrl", FAIL, f"torchrl could not be checked: {probe['error']}", "pip install 'topo[launch]'")
+    support = Support(probe["version"], probe["tested"], probe["missing"], probe["error"])
+    refused = support.refusal(features)
+    if refused:
+        return Check("torchrl", FAIL, refused, "pip install 'torchrl==0.14.1'")
+    warnings = support.warnings(features)
+    if warnings:
+        return Check("torchrl", WARN, "; ".join(warnings), "topo is tested with torchrl==0.14.1")
+    return Check("torchrl", OK, f"torchrl {support.version} (tested: {support.tested}): every name topo uses for "
+                 f"{', '.join(features)} is present")
 
 
 def check_gl(probe: dict) -> Check:
@@ -283,7 +302,7 @@ def _probe(kind: str, args: list[str]) -> None:
 
     started = time.monotonic()
     try:
-        result = {"imports": _probe_imports, "gl": _probe_gl, "egl": _probe_egl}[kind](*args)
+        result = {"imports": _probe_imports, "gl": _probe_gl, "egl": _probe_egl, "torchrl": _probe_torchrl}[kind](*args)
     except BaseException as exc:  # report anything, SystemExit and EOFError (a stdin prompt) included
         result = {"error": f"{type(exc).__name__}: {exc}"}
     result["seconds"] = time.monotonic() - started
@@ -305,6 +324,19 @@ def _probe_imports(name: str, builder: str, *modules: str) -> dict:
             pass
     result["facts"] = backend.host_facts()
     return result
+
+
+def _probe_torchrl(*features: str) -> dict:
+    from .launch.boundary import check
+
+    return check(tuple(features)).to_dict(tuple(features))
+
+
+def _features(plan: dict) -> tuple[str, ...]:
+    from .launch.boundary import features_of
+
+    return features_of(plan, (plan.get("policy") or {}).get("placement") if (plan.get("policy") or {}).get("factory")
+                       else None)
 
 
 def _probe_gl() -> dict:

@@ -9,7 +9,7 @@ import threading
 import time
 
 from topo import heartbeat
-from topo.launch import failure, recovery
+from topo.launch import failure, restarts
 from topo.launch.monitor import Monitor
 from topo.launch.processes import Death
 from topo.launch.progress import Progress
@@ -44,10 +44,10 @@ def constructed(c: int, w: int, pid: int, t: float, seed: int, restart: int = 0)
 # -- seeds ----------------------------------------------------------------------------------------
 
 def test_a_restart_changes_the_seed_only_by_a_documented_stride():
-    assert recovery.restart_seed(3, 1, 4) == 7 and recovery.restart_seed(3, 2, 4) == 11
-    assert recovery.restart_seed(None, 1, 4) is None
-    assert recovery.restart_seed(2**63 - 2, 1, 4) == 2  # 63-bit seeds wrap
-    rows = recovery.restart_rows(PLAN_WITH_KWARGS, 1, 2)
+    assert restarts.restart_seed(3, 1, 4) == 7 and restarts.restart_seed(3, 2, 4) == 11
+    assert restarts.restart_seed(None, 1, 4) is None
+    assert restarts.restart_seed(2**63 - 2, 1, 4) == 2  # 63-bit seeds wrap
+    rows = restarts.restart_rows(PLAN_WITH_KWARGS, 1, 2)
     assert [r["seed"] for r in rows] == [2 + 8, 3 + 8]
     assert [r["kwargs"]["seed"] for r in rows] == [10, 11]
     assert rows[0]["kwargs"]["env"] == {"factory": "m:f", "kwargs": {"seed": 10, "instruction": "a"}}  # a user factory's
@@ -66,14 +66,14 @@ PLAN_WITH_KWARGS = {**PLAN, "subcollectors": [
 # -- the budget and the verdict -------------------------------------------------------------------
 
 def test_the_budget_counts_restarts_within_its_window():
-    budget = recovery.Budget({"max": 2, "window": 10})
+    budget = restarts.Budget({"max": 2, "window": 10})
     assert budget.allows(100)
     budget.spend(100)
     budget.spend(105)
     assert not budget.allows(109) and budget.allows(110.5)
     assert budget.describe() == "the restart budget is spent (launch.restarts: 2 within 10s)"
-    assert recovery.Budget(None).describe() == "restarts are off (launch.restarts)"
-    forever = recovery.Budget({"max": 1, "window": None})
+    assert restarts.Budget(None).describe() == "restarts are off (launch.restarts)"
+    forever = restarts.Budget({"max": 1, "window": None})
     forever.spend(0)
     assert not forever.allows(10**9)
 

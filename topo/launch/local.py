@@ -68,9 +68,12 @@ def env_factories(plan: dict[str, Any]) -> list[functools.partial]:
 
 class LocalEngine:
     """``MultiSyncCollector`` or ``MultiAsyncCollector`` over the plan's subcollectors, on this machine,
-    able to restart one of them (:mod:`.respawn`)."""
+    able to restart one of them (:mod:`.respawn`) unless ``restarts`` is False (torchrl's own classes then)."""
 
     name = "local"
+
+    def __init__(self, restarts: bool = True):
+        self.capabilities = frozenset({"weight_updates", *(("restarts", "collector_acks") if restarts else ())})
 
     def check(self, plan: dict[str, Any]) -> None:
         """Nothing to reach."""
@@ -81,9 +84,12 @@ class LocalEngine:
         torchrl's multi collectors take no start method and use the global one: the caller sets it
         (and restores its own afterwards).
         """
-        from .respawn import RespawningAsyncCollector, RespawningSyncCollector
+        if "restarts" in self.capabilities:
+            from .respawn import RespawningAsyncCollector as Async, RespawningSyncCollector as Sync
+        else:
+            from torchrl.collectors import MultiAsyncCollector as Async, MultiSyncCollector as Sync
 
-        cls = RespawningSyncCollector if plan["collector"]["sync"] else RespawningAsyncCollector
+        cls = Sync if plan["collector"]["sync"] else Async
         return cls(env_factories(plan), frames_per_batch=plan["collector"]["frames_per_batch"],
                    total_frames=plan["collector"]["total_frames"], **kwargs)
 

@@ -5,19 +5,24 @@ progress and, while the run starts or collects, asks :func:`~topo.launch.failure
 collects, :func:`~topo.launch.failure.hung` over the step heartbeats) for the first failure. It
 :meth:`judges <Monitor.judge>` it: while collecting, a failure a restart cures restarts its subcollector
 if the budget allows (the collector starts it again, :mod:`.respawn`); any other failure is the run's,
-handed to ``on_failure`` once. The monitor goes on recording (closes, deaths during teardown) until it
-is stopped.
+handed to ``on_failure`` once (:meth:`.delivery.Delivery.deliver`). Only this thread judges: what the
+trainer's thread sees itself (a subcollector that ended or reported an error, and no record explains
+it) it :meth:`submits <Monitor.submit>`, and the next tick judges it. The monitor goes on recording
+(closes, deaths during teardown) until it is stopped.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import queue
+import signal
 import threading
 import time
 from typing import Callable
 
 from .. import heartbeat
-from . import failure, processes, recovery
+from . import failure, processes, restarts
 from .progress import Progress
 from .state import Phase, RunState
 
@@ -34,12 +39,13 @@ class Monitor:
         self.progress = progress
         self.on_failure = on_failure
         self.hang_timeout = state.plan["launch"].get("hang_timeout")
-        self.budget = recovery.Budget(state.plan["launch"].get("restarts"))
+        self.budget = restarts.Budget(state.plan["launch"].get("restarts"))
         self.failure: failure.Failure | None = None
         self.lock = threading.RLock()  # held while the state changes; take it to read the state consistently
         self.seen: set[int] = set()  # every pid of the run seen alive (records and environment scans)
         self.peak = 0  # most processes of the run alive at once
         self._watch = processes.DeathWatch()
+        self._submitted: queue.SimpleQueue[failure.Failure] = queue.SimpleQueue()  # from the trainer's thread
         # rung at each verdict (a restart, the run's failure): the collector waits on it with its queue
         self.bell, self._ring = os.pipe()
         os.set_blocking(self._ring, False)
@@ -79,31 +85,49 @@ class Monitor:
             if self.failure is None and state.phase in (Phase.STARTING, Phase.COLLECTING):
                 found = failure.decide(state)
                 if state.phase is Phase.COLLECTING:
-                    found = _first(found, self._hang(now), self._late_restart(now))
+                    found = _first(found, self._hang(now), self._late_restart(now)) or self._suspect()
                 elif found is None and now - state.t0 > self.startup_timeout:
                     found = failure.startup_timeout(state, self.startup_timeout, now)
                 if found is not None:
                     self.judge(found)
         self.progress.update(state)
 
+    def submit(self, found: failure.Failure) -> None:
+        """From another thread: a failure its records may not show; judged at the next tick unless the
+        records name one first. The submitter waits for the verdict (:attr:`failure`, or a restart decided)."""
+        self._submitted.put(found)
+        self._ring_bell()
+
+    def _suspect(self) -> failure.Failure | None:
+        """The next submitted failure of a subcollector's current start (one a restart since replaced is moot)."""
+        while True:
+            try:
+                found = self._submitted.get_nowait()
+            except queue.Empty:
+                return None
+            sub = self.state.subcollectors.get(found.subcollector)
+            if sub is None or (sub.restart == found.restart and not sub.pending):
+                return found
+
     def judge(self, found: failure.Failure) -> None:
         """While collecting, restart the subcollector to blame if a restart cures it and the budget allows;
-        otherwise the run fails with it. A hung process is killed first, either way."""
+        otherwise the run fails with it. A hung process is killed first, either way. Called by this
+        monitor's thread (and by unit tests that drive a monitor without its thread)."""
         with self.lock:
             if self.failure is not None:
                 return
             now = time.time()
-            recovery.hang_kill(found)
+            _hang_kill(found)
             if self.state.phase is Phase.COLLECTING and found.restartable:
                 if self.budget.allows(now):
                     self.budget.spend(now)
-                    recovery.decide_restart(self.state, found, now)
+                    restarts.decide_restart(self.state, found, now)
                     self._ring_bell()
                     return
                 found = dataclasses.replace(found, message=f"{found.message}; {self.budget.describe()}")
             self.failure = found
-            self._ring_bell()
-        self.on_failure(found)
+        self.on_failure(found)  # delivered before the collector is woken: it finds the failure when it looks
+        self._ring_bell()
 
     def _ring_bell(self) -> None:
         try:
@@ -139,3 +163,10 @@ def _first(*found: failure.Failure | None) -> failure.Failure | None:
     """The earliest of the failures found (one without a time last)."""
     return min((f for f in found if f is not None), key=lambda f: f.at if f.at is not None else float("inf"),
                default=None)
+
+
+def _hang_kill(found: failure.Failure) -> None:
+    """A hang found: SIGKILL the process that hangs (a worker, or the subcollector), so that it is a death."""
+    if found.kind in ("worker-hung", "subcollector-hung") and found.pid:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(found.pid, signal.SIGKILL)

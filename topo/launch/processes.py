@@ -212,14 +212,15 @@ def descendants(pid: int) -> list[int]:
         return []
 
 
-def terminate(procs: list[psutil.Process], grace: float) -> list[int]:
-    """SIGTERM, wait up to ``grace`` s, then SIGKILL what is left; returns the pids that needed SIGKILL."""
+def terminate(procs: list[psutil.Process], grace: float, kill_wait: float = 2.0) -> list[int]:
+    """SIGTERM, wait up to ``grace`` s, then SIGKILL what is left (and wait up to ``kill_wait`` s for it);
+    returns the pids that needed SIGKILL."""
     for proc in procs:
         _send(proc, psutil.Process.terminate)
     left = wait(procs, grace)
     for proc in left:
         _send(proc, psutil.Process.kill)
-    wait(left, 2.0)
+    wait(left, kill_wait)
     return sorted(p.pid for p in left)
 
 

@@ -83,6 +83,7 @@ class RayEngine:
     """The plan's subcollectors as Ray actors, reached through the cluster at ``placement.address``."""
 
     name = "ray"
+    capabilities: frozenset[str] = frozenset()  # Ray restarts actors itself; each actor keeps its factory's weights
 
     def check(self, plan: dict[str, Any]) -> None:
         check_reachable(plan["placement"])

@@ -1,15 +1,40 @@
-"""The report of a run: ``summary.json`` and a short human summary, from what the run saw."""
+"""The report of a run: ``summary.json`` and a short human summary, from what the run saw (:class:`Outcome`)."""
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import sys
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import TopoError
 from . import observe
+from .state import RunState
+from .teardown import Record
 
 ROLES = ("trainer", "server", "subcollector", "worker")
+
+
+@dataclass
+class Outcome:
+    """Everything a report reads: the run's state and teardown record, and what the trainer's side saw."""
+
+    state: RunState
+    error: BaseException | None  # what ended the run, as the report states it
+    command: dict
+    engine: str
+    startup_timeout: float
+    shutdown_budget: float
+    max_concurrent_starts: int | None
+    ready_at: float | None
+    teardown: Record
+    peak: int  # most processes of the run alive at once
+    seen: set[int]  # every pid of the run seen alive
+    policy: dict | None  # the policy placement's description
+    torchrl: dict | None = None  # :meth:`topo.launch.boundary.Support.to_dict`
+    extra: dict = field(default_factory=dict)  # what the caller adds to the launch section
 
 
 class Report:
@@ -19,8 +44,8 @@ class Report:
         self.data = data
 
     @classmethod
-    def of(cls, run) -> Report:
-        return cls(summary(run))
+    def of(cls, outcome: Outcome) -> Report:
+        return cls(summary(outcome))
 
     @property
     def ok(self) -> bool:
@@ -34,6 +59,18 @@ class Report:
             f.write("\n")
         return path
 
+    def file(self, run_dir: str, report_dir: str | None) -> None:
+        """Write the report to ``report_dir`` (the run directory is kept there); without one, keep the run
+        directory with the report only when topo failed, and say where."""
+        error = self.data["error"]
+        if report_dir:
+            self.write(report_dir)
+        elif error is None or error["in"] != "topo" or error["type"] == "Interrupted":
+            shutil.rmtree(run_dir, ignore_errors=True)
+        else:
+            self.write(run_dir)
+            print(f"topo: run directory kept: {run_dir}", file=sys.stderr)
+
     def __str__(self) -> str:
         return human(self.data)
 
@@ -41,8 +78,9 @@ class Report:
         return self.data[key]
 
 
-def summary(run) -> dict[str, Any]:
-    state, plan = run.state, run.plan
+def summary(run: Outcome) -> dict[str, Any]:
+    state, plan = run.state, run.state.plan
+    down = run.teardown
     workers = list(state.workers.values())  # as the run ended: restarted subcollectors' current workers
     every = state.all_workers()  # and the ones their restarts replaced
     subs = [state.subcollectors[sub["index"]] for sub in plan["subcollectors"]]
@@ -59,13 +97,13 @@ def summary(run) -> dict[str, Any]:
     return {
         "ok": run.error is None,
         "exit_code": _exit_code(run.error),
-        "error": _error(run),
+        "error": _error(run.error),
         "command": run.command,
         "run_dir": state.run.path,
         "topology": {"subcollectors": len(subs), "workers": len(workers),
                      "workers_per_subcollector": [s["num_workers"] for s in plan["subcollectors"]],
                      "sync": plan["collector"]["sync"], "start_methods": plan["start_methods"],
-                     "engine": run.engine.name},
+                     "engine": run.engine, "torchrl": (run.torchrl or {}).get("version")},
         "launch": {"startup_timeout_s": run.startup_timeout, "shutdown_budget_s": run.shutdown_budget,
                    "max_concurrent_starts": run.max_concurrent_starts,
                    "peak_concurrent_starts": _peak_concurrent(workers),
@@ -85,33 +123,34 @@ def summary(run) -> dict[str, Any]:
             "all_ready": _since(state, run.ready_at),
             "first_batch": _since(state, first_batch),
             "worker_build": _stats([w.build_s for w in workers]),
-            "shutdown": _delta(run.shutdown_at, run.shutdown_done),
+            "shutdown": _delta(down.shutdown_at, down.shutdown_done),
             "worker_close": _stats([w.close_s for w in workers]),
-            "first_to_last_close": _delta(run.shutdown_at, last_close),
-            "teardown": _delta(run.teardown_started, run.finished),
-            "total": _delta(state.t0, run.finished),
+            "first_to_last_close": _delta(down.shutdown_at, last_close),
+            "teardown": _delta(down.started, down.finished),
+            "total": _delta(state.t0, down.finished),
         },
         "processes": {
-            "peak": run.monitor.peak,
+            "peak": run.peak,
             "trainer_pid": state.trainer_pid,
             "server_pid": server.pid if server else None,
             "subcollector_pids": [s.pid for s in subs],
             "subcollector_start_methods": [s.start_method for s in subs],
-            "subcollector_exit_codes": run.exit_codes,
+            "subcollector_exit_codes": down.exit_codes,
             "worker_pids": [w.pid for w in workers],
-            "started": sorted(run.monitor.seen),
+            "started": sorted(run.seen),
             "deaths": [{"pid": d.pid, "time": d.time, "how": d.how} for d in sorted(state.deaths.values(),
                                                                                     key=lambda d: d.time)],
-            "left_behind": run.left_behind,
-            "killed": sorted(set(run.killed)),
-            "alive_after": run.alive_after,
-            "watcher_exit_code": run.watcher_exit,
+            "left_behind": down.left_behind,
+            "killed": sorted(set(down.killed)),
+            "alive_after": down.alive_after,
+            "watcher_exit_code": down.watcher_exit,
         },
         "env_closes": {"constructed": sum(len(w.constructions) for w in every),
                        "closed": sum(w.closes for w in every)},
         "first_batch": observe.check(plan, observed),
         "restarts": restarts(state),
-        "policy": run.placement.describe() if run.placement else None,
+        "policy": run.policy,
+        "torchrl": run.torchrl,
         "render_devices": _render_devices(workers),
         "inherited_gl": {"workers": sum(1 for w in workers if w.inherited_gl),
                          "libraries": sorted({lib for w in workers for lib in w.inherited_gl})},
@@ -161,8 +200,7 @@ def _exit_code(error: BaseException | None) -> int:
     return error.exit_code if isinstance(error, TopoError) else 1
 
 
-def _error(run) -> dict | None:
-    error = run.error
+def _error(error: BaseException | None) -> dict | None:
     if error is None:
         return None
     failure = getattr(error, "failure", None)
@@ -225,7 +263,8 @@ def human(s: dict) -> str:
     batches = f", {launch['batches_collected']}/{launch['batches_requested']} batch(es)" \
         if "batches_requested" in launch else f", batches per subcollector {launch['batches_per_subcollector']}"
     lines = [
-        f"run {outcome}: {topo['subcollectors']} subcollector(s), {topo['workers']} env workers{batches}",
+        f"run {outcome}: {topo['subcollectors']} subcollector(s), {topo['workers']} env workers{batches}"
+        + (f" (torchrl {topo['torchrl']})" if topo.get("torchrl") else ""),
         "  env constructions: " + ", ".join(f"{role} {c[role]}" for role in ROLES)
         + f" (expected worker {s['constructions']['expected']['worker']}, others 0)",
         f"  all ready {_fmt(t['all_ready'])}, first batch {_fmt(t['first_batch'])}, "
@@ -234,6 +273,7 @@ def human(s: dict) -> str:
         f"{p['subcollector_exit_codes']}, peak processes {p['peak']}",
         f"  left behind {len(p['left_behind'])}, alive after {len(p['alive_after'])}",
     ]
+    lines += [f"  WARNING: {warning}" for warning in (s.get("torchrl") or {}).get("warnings", [])]
     policy = s.get("policy")
     if policy:
         lines.append(f"  policy {policy['factory']} " + _acting(policy, [e.get("policy_versions") for e in s["first_batch"]]))

@@ -4,7 +4,8 @@
 their iterators, shutdown and weight sync are torchrl's). It changes what torchrl sees of its
 subcollectors, not what torchrl does with them:
 
-- ``procs[c]`` answers ``is_alive()`` by asking the run (:class:`~topo.launch.recovery.Recovery`):
+- ``procs[c]`` answers ``is_alive()`` by asking its :class:`Supervisor` (the run's
+  :class:`~topo.launch.recovery.Recovery`):
   torchrl asks before each batch and every second it waits. The run's failure is raised there; a
   subcollector the monitor decided to restart is started again there, with the arguments torchrl gave
   its first process (captured when torchrl made it) but a new pipe, its restart's env factory (same
@@ -21,6 +22,8 @@ before it failed is used, what it was collecting is lost. Async, the failed subc
 flight is lost; the others' batches are not touched. Weight updates: :meth:`update_policy_weights_`
 waits for every subcollector's acknowledgement itself, and a subcollector restarted meanwhile starts
 from the weights just pushed.
+
+Every private torchrl name used here goes through :mod:`.boundary`.
 """
 from __future__ import annotations
 
@@ -29,42 +32,66 @@ import multiprocessing
 import os
 import queue as queues
 from multiprocessing import connection
-from typing import Any
+from typing import Any, Callable, ContextManager, Protocol
 
-from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector, _multi_base
-from torchrl.collectors.utils import _stage_unshareable_weights_on_cpu
-from torchrl.data.utils import CloudpickleWrapper
-from torchrl.weight_update import MultiProcessWeightSyncScheme
-from torchrl.weight_update._mp import MPTransport
+from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector
 
-CONTINUE = ("continue", "continue_random")
+from . import boundary
+
 ACK_POLL_S = 0.05
+
+
+class Restarting(Protocol):
+    """A restart about to begin (:class:`~topo.launch.recovery.Start`)."""
+
+    restart: int
+    env_factory: Callable
+    policy_factory: Callable | None
+    window: ContextManager
+
+
+class Supervisor(Protocol):
+    """What the collector asks of the run about its subcollectors (the run decides; the collector acts)."""
+
+    @property
+    def bell(self) -> int:
+        """A file descriptor, readable when a verdict was reached: the collector stops waiting and checks."""
+
+    def tick(self) -> None:
+        """Raise the run's failure, if any; end retired processes whose grace passed."""
+
+    def lost(self, c: int) -> bool:
+        """Subcollector ``c`` must be started again."""
+
+    def settle(self, c: int, pid: int | None, exitcode: int | None) -> None:
+        """Subcollector ``c``'s process ended: return once a restart is decided, raise otherwise."""
+
+    def begin(self, c: int, old: Any) -> Restarting:
+        """Retire process ``old`` of subcollector ``c``; what its restart starts with."""
+
+    def poll_ready(self, c: int, restart: int, pipe: Any, proc: Any) -> str:
+        """``"ready"``, ``"waiting"`` or ``"lost"`` for a restart that starts."""
+
+    def asked(self, c: int) -> None:
+        """Subcollector ``c`` was asked for a batch."""
+
+    def abandon(self, c: int, proc: Any) -> None:
+        """The collector shuts down while subcollector ``c``'s restart (process ``proc``) starts."""
+
+    def current_weights(self) -> Any:
+        """The weights a restarted subcollector's policy starts from (None: its factory's)."""
 
 
 class Respawning:
     """Mixin: ``class X(Respawning, MultiSyncCollector)``. ``recovery`` is set once the collector is built."""
 
-    recovery = None  # topo.launch.recovery.Recovery: None until the run hands it over (then restarts work)
+    recovery: Supervisor | None = None  # None until the run hands it over (then restarts work)
 
     def _run_processes(self) -> None:
         """torchrl's, recording how it made each subcollector process (Python forgets a started process's arguments)."""
         made: list[tuple[Any, dict]] = []
-        original = _multi_base._make_process_no_warn_cls
-
-        def recording(ctx=None):
-            cls = original(ctx)
-
-            def make(**kwargs):
-                made.append((cls, kwargs))
-                return cls(**kwargs)
-
-            return make
-
-        _multi_base._make_process_no_warn_cls = recording
-        try:
+        with boundary.recording_processes(made):
             super()._run_processes()
-        finally:
-            _multi_base._make_process_no_warn_cls = original
         self._made = made
         self._real = list(self.procs)
         self._restarts = [0] * len(self._real)  # restarts begun, per subcollector
@@ -80,8 +107,7 @@ class Respawning:
         recovery = self.recovery
         if recovery is None or not self._live:
             return not proc._closed and proc.is_alive()  # torchrl's own answer
-        recovery.check()
-        recovery.bury()
+        recovery.tick()
         if c in self._starting:
             self._poll(c)
         elif recovery.lost(c):
@@ -98,25 +124,28 @@ class Respawning:
     def _begin(self, c: int, old) -> None:
         """Set the process of subcollector ``c`` aside and start its restart (ready later: :meth:`_poll`)."""
         recovery = self.recovery
-        recovery.retire(c, old)
-        restart, env_factory, policy_factory, environment = recovery.begin(c)
+        start = recovery.begin(c, old)
         cls, made = self._made[c]
-        start = made["_start_method"]
-        ctx = multiprocessing.get_context(start)
+        method = made["_start_method"]
+        ctx = multiprocessing.get_context(method)
         parent, child = ctx.Pipe()
         out = ctx.Queue(self._queue_len)
-        kwargs = {**made["kwargs"], "pipe_child": child, "queue_out": out, "create_env_fn": CloudpickleWrapper(env_factory)}
-        if policy_factory is not None:
-            kwargs["policy_factory"] = CloudpickleWrapper(policy_factory)
-        wiring = _Wiring(kwargs.get("weight_sync_schemes"), c, ctx)
-        with environment:
-            proc = cls(target=made["target"], num_threads=made["num_threads"], _start_method=start, kwargs=kwargs)
+        kwargs = {**made["kwargs"], "pipe_child": child, "queue_out": out,
+                  "create_env_fn": boundary.pickled(start.env_factory)}
+        if start.policy_factory is not None:
+            kwargs["policy_factory"] = boundary.pickled(start.policy_factory)
+        scheme = (kwargs.get("weight_sync_schemes") or {}).get("policy")
+        if scheme is not None:
+            boundary.rewire(scheme, c, ctx)  # new queues: the old process may have died holding one
+        with start.window:
+            proc = cls(target=made["target"], num_threads=made["num_threads"], _start_method=method, kwargs=kwargs)
             proc.start()
         child.close()
-        wiring.send_weights(self, recovery.current_weights())
+        if scheme is not None:
+            boundary.send_first_weights(scheme, c, self, recovery.current_weights())
         self._real[c] = proc
         self._restarts[c] += 1
-        self._starting[c] = (restart, parent)
+        self._starting[c] = (start.restart, parent)
         self.queue_out.serve(c, out, parent)  # from now on, what the old process still sends is dropped
 
     def _poll(self, c: int) -> None:
@@ -133,18 +162,17 @@ class Respawning:
             self.queue_out.started(c)
             self.pipes[c].replace(parent)
             self.pipes[c].ask_again()
-            self.recovery.ready(c)
 
     # -- weights --------------------------------------------------------------------------------
     def update_policy_weights_(self, policy_or_weights=None, *, worker_ids=None, **kwargs) -> None:
         """torchrl's push; then wait for each subcollector's acknowledgement, restarting a lost one
         (which starts from the weights just pushed) instead of waiting for it forever."""
-        scheme = (self._weight_sync_schemes or {}).get("policy")
+        scheme = boundary.weight_scheme(self)
         if self.recovery is None or scheme is None or scheme.sync or worker_ids is not None:
             return super().update_policy_weights_(policy_or_weights, worker_ids=worker_ids, **kwargs)
         for c in range(len(self._real)):
             self._alive(c)  # a lost subcollector would never acknowledge: start it first
-        waiting = {c: (self._restarts[c], scheme._ack_queues[c]) for c in range(len(self._real))}
+        waiting = {c: (self._restarts[c], boundary.ack_queue(scheme, c)) for c in range(len(self._real))}
         super().update_policy_weights_(policy_or_weights, worker_ids=worker_ids, **kwargs)
         while waiting:  # a restarting subcollector acknowledges once it is up (its receiver reads the push then)
             for c, (restarts, acks) in list(waiting.items()):
@@ -191,13 +219,13 @@ class _Pipe:
 
     def send(self, obj: Any) -> None:
         message = obj[1] if isinstance(obj, tuple) and len(obj) == 2 else None
-        if message in CONTINUE:
+        if message in boundary.CONTINUE:
             self.owes, self.asked = True, message
             self.on_ask()
         try:
             self.conn.send(obj)
         except (BrokenPipeError, ConnectionResetError):
-            if message not in CONTINUE:
+            if message not in boundary.CONTINUE:
                 raise
             # it died: the next check starts it again and asks again
 
@@ -238,7 +266,7 @@ class _Inbox:
     def get(self, block: bool = True, timeout: float | None = None):
         while True:
             item, source = self._get_any(timeout if block else 0)
-            c = _sender(item)
+            c = boundary.sender_of(item)
             if source is self.shared and c in self.private:
                 continue  # written by a subcollector since restarted: its successor collects instead
             if c is not None and 0 <= c < len(self.pipes):
@@ -248,7 +276,7 @@ class _Inbox:
     def _get_any(self, timeout: float | None):
         queues_ = [self.shared, *self.private.values()]
         recovery = self.owner.recovery
-        bell = [recovery.monitor.bell] if recovery is not None else []
+        bell = [recovery.bell] if recovery is not None else []
         ready = connection.wait([q._reader for q in queues_] + list(self.starting.values()) + bell, timeout)
         for q in queues_:
             if q._reader in ready:
@@ -266,43 +294,6 @@ class _Inbox:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.shared, name)
-
-
-def _sender(item: Any) -> int | None:
-    """The subcollector index in an item of torchrl's output queue: ``((data, idx), j)``, ``(idx, j)``."""
-    head = item[0] if isinstance(item, tuple) and item else None
-    if isinstance(head, tuple) and len(head) == 2 and isinstance(head[1], int):
-        return head[1]
-    return head if isinstance(head, int) else None
-
-
-class _Wiring:
-    """A restarted subcollector's weight-sync queues (new ones: the old process may have died holding
-    one) and its first weights, as torchrl's scheme gave them to the first process."""
-
-    def __init__(self, schemes: dict | None, c: int, ctx):
-        self.scheme = (schemes or {}).get("policy")
-        self.c = c
-        if self.scheme is None:
-            return
-        scheme = self.scheme
-        for name in ("_weight_init_queues", "_instruction_queues", "_ack_queues"):
-            getattr(scheme, name)[c] = ctx.Queue()
-        if isinstance(scheme, MultiProcessWeightSyncScheme):
-            scheme._sender_transports[c] = MPTransport(weight_queue=scheme._weight_init_queues[c],
-                                                       ack_queue=scheme._ack_queues[c])
-
-    def send_weights(self, collector, weights) -> None:
-        scheme, c = self.scheme, self.c
-        if scheme is None:
-            return
-        if isinstance(scheme, MultiProcessWeightSyncScheme):
-            prepared = scheme.prepare_weights(weights=weights, model_id=scheme.model_id, strategy=scheme._strategy,
-                                              context=collector)
-            scheme._sender_transports[c].send_weights_async(_stage_unshareable_weights_on_cpu(prepared),
-                                                            model_id=scheme.model_id)
-        else:  # shared memory: the buffer every copy reads, updated in place by each push
-            scheme._weight_init_queues[c].put(scheme.shared_transport._params_map[c])
 
 
 class RespawningSyncCollector(Respawning, MultiSyncCollector):

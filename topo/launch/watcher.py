@@ -19,9 +19,8 @@ import time
 
 from .. import child
 from . import processes
+from .teardown import STAGES_S
 
-TERM_GRACE_S = 3.0
-TRACKER_GRACE_S = 5.0  # a resource tracker exits by itself once its users are gone; then it is killed
 ROUNDS = 3  # scans, in case a process started while the previous round was ending others
 #: run as ``BOOT RUN_DIR TRAINER_PID TEMPORARY`` (:func:`topo.child.command`: the trainer's topo, whatever the working directory)
 BOOT = "from topo.launch.watcher import main; sys.exit(main(sys.argv[1:]))"
@@ -93,8 +92,9 @@ def _end_run(run_dir: str) -> dict:
         if not procs:
             break
         terminated += [p.pid for p in procs]
-        killed += processes.terminate(procs, TERM_GRACE_S)
+        killed += processes.terminate(procs, STAGES_S["terminate"], STAGES_S["kill"])
+    # a resource tracker exits by itself once its users are gone (the exit share); then it is ended
     trackers = processes.of_run(run_dir)
-    killed += processes.terminate(processes.wait(trackers, TRACKER_GRACE_S), TERM_GRACE_S)
+    killed += processes.terminate(processes.wait(trackers, STAGES_S["exit"]), STAGES_S["terminate"], STAGES_S["kill"])
     return {"terminated": sorted(set(terminated)), "killed": sorted(set(killed)),
             "left": sorted(p.pid for p in processes.of_run(run_dir))}

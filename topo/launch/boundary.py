@@ -1,0 +1,298 @@
+"""torchrl's and tensordict's names that topo uses but torchrl does not promise to keep: one place.
+
+Private names, instance attributes and wire formats that topo's runtime relies on are listed in
+:data:`NAMES`, each with the feature that needs it and why. :func:`check` reads the installed torchrl
+(its version, then each name) and says per feature what works: a run refuses to start when a feature
+it needs is missing (:func:`require`), and turns a feature off with a warning where that is safe
+(restarts: a failure then ends the run, as without ``launch.restarts``). ``topo doctor`` prints the same
+verdict. The access helpers below are the only code in topo that touches those names.
+
+Versions: :data:`TESTED` were run through the test suite (``scripts/torchrl-nightly`` for the nightly);
+any other torchrl from :data:`MINIMUM` on runs when its names check out, with a warning that it is untested.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import inspect
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+#: torchrl versions the test suite ran against: version -> what was run (README: "torchrl versions")
+TESTED = {"0.14.1": "the full suite", "0.15.0": "torchrl-nightly 2026.10.27: scripts/torchrl-nightly"}
+MINIMUM = (0, 14)  # the multi collectors, worker metadata and the weight-sync schemes topo drives
+#: what a feature does when its names are missing: refuse the run, or run without it and warn
+DROPPABLE = {"restarts": "restarts and subcollector hang detection are off (a failure ends the run)",
+             "replay-buffer-check": "a replay buffer whose storage would make torchrl build an env in the trainer "
+                                    "is no longer refused"}
+FEATURES = ("collector", "restarts", "policy-server", "replay-buffer-check", "libero")
+
+
+@dataclass(frozen=True)
+class Name:
+    """A name topo uses: ``attr`` of module ``module`` (dotted for a class member), for ``feature``."""
+
+    feature: str
+    module: str
+    attr: str
+    why: str
+    kind: str = "name"  # "name": importable attribute; "instance": set on an instance of the class ``attr`` names
+    #                     (checked on one built here); "source": text in the module's source (a wire format)
+    members: tuple[str, ...] = ()  # instance attributes, or the texts a source must contain
+
+    @property
+    def label(self) -> str:
+        return f"{self.module}.{self.attr}" + (f" [{', '.join(self.members)}]" if self.members else "")
+
+
+NAMES: tuple[Name, ...] = (
+    Name("collector", "torchrl.collectors", "MultiSyncCollector", "the sync collector over the subcollectors"),
+    Name("collector", "torchrl.collectors", "MultiAsyncCollector", "the async collector over the subcollectors"),
+    Name("collector", "torchrl.envs", "ParallelEnv", "each subcollector's env workers, built from worker metadata"),
+    Name("collector", "torchrl.weight_update", "SharedMemWeightSyncScheme", "policy.weight_sync: shared_mem"),
+    Name("collector", "torchrl.weight_update", "MultiProcessWeightSyncScheme", "policy.weight_sync: multiprocess"),
+    Name("restarts", "torchrl.collectors._multi_base", "_make_process_no_warn_cls",
+         "how torchrl makes each subcollector process: recorded, to start one subcollector again"),
+    Name("restarts", "torchrl.collectors._multi_base", "MultiCollector._run_processes",
+         "overridden: records each subcollector process's arguments"),
+    Name("restarts", "torchrl.collectors._multi_base", "MultiCollector._run_processes", "the collector's process "
+         "table, replaced by views that answer is_alive() and restart", kind="source",
+         members=("self.procs", "self.pipes", "self.queue_out", "_make_process_no_warn_cls(ctx)")),
+    Name("restarts", "torchrl.collectors._multi_base", "MultiCollector._queue_len", "a restarted subcollector's queue size"),
+    Name("restarts", "torchrl.collectors._runner", "_main_async_collector_impl", "the subcollector's messages: "
+         "'instantiated', its error dict, output items ((data, idx), j) or (idx, j)", kind="source",
+         members=('"instantiated"', '"exception_type"', '"exception_msg"', "queue_out.put((idx, j)")),
+    Name("restarts", "torchrl.collectors.utils", "_stage_unshareable_weights_on_cpu",
+         "a restarted subcollector's first weights (multiprocess scheme)"),
+    Name("restarts", "torchrl.data.utils", "CloudpickleWrapper", "a restarted subcollector's env and policy factories"),
+    Name("restarts", "torchrl.weight_update._mp", "MPTransport", "a restarted subcollector's weight transport"),
+    Name("restarts", "torchrl.weight_update", "SharedMemWeightSyncScheme", "a restarted subcollector's queues",
+         kind="instance", members=("_weight_init_queues", "_instruction_queues", "_ack_queues", "shared_transport")),
+    Name("restarts", "torchrl.weight_update", "MultiProcessWeightSyncScheme", "a restarted subcollector's queues",
+         kind="instance", members=("_weight_init_queues", "_instruction_queues", "_ack_queues", "_sender_transports",
+                                   "_strategy", "model_id")),
+    Name("restarts", "torchrl.weight_update", "MultiProcessWeightSyncScheme.prepare_weights",
+         "a restarted subcollector's first weights"),
+    Name("policy-server", "torchrl.modules.inference_server", "ProcessInferenceServer", "policy.placement: server"),
+    Name("policy-server", "torchrl.modules.inference_server", "PolicyClientModule", "each subcollector's client"),
+    Name("policy-server", "torchrl.modules.inference_server", "MPTransport", "the server's transport"),
+    Name("replay-buffer-check", "torchrl.data", "ReplayBuffer", "an uninitialised storage is refused (torchrl "
+         "would build subcollector 0's envs in the trainer)", kind="instance", members=("_storage",)),
+    Name("libero", "torchrl.envs.libs.libero", "LiberoEnv._reset", "builder options around each reset"),
+    Name("libero", "torchrl.envs.libs.libero", "LiberoEnv._select_init_state", "fixtures_by_init_state"),
+    Name("libero", "torchrl.envs.libs.libero", "LiberoEnv._set_seed", "env.set_seed(seed) in each worker"),
+    Name("libero", "torchrl.envs.libs.libero", "_ensure_libero_config", "LIBERO's config, written before torchrl's"),
+)
+
+
+@dataclass
+class Support:
+    """What the installed torchrl supports: its version, and per feature the names it lacks."""
+
+    version: str | None
+    tested: str | None
+    missing: dict[str, list[str]] = field(default_factory=dict)  # feature -> labels
+    error: str | None = None  # torchrl absent, or older than MINIMUM
+
+    def ok(self, feature: str) -> bool:
+        return self.error is None and not self.missing.get(feature)
+
+    def warnings(self, features: tuple[str, ...] = FEATURES) -> list[str]:
+        """What a run needing ``features`` is told before it starts (nothing on a tested torchrl with every name)."""
+        out = []
+        if self.error is None and self.tested is None:
+            out.append(f"torchrl {self.version} is not among the versions topo was tested with "
+                       f"({', '.join(TESTED)}); every name it needs was found")
+        for feature in features:
+            if feature in DROPPABLE and not self.ok(feature):
+                out.append(f"torchrl {self.version}: {DROPPABLE[feature]}: missing {'; '.join(self.missing[feature])}")
+        return out
+
+    def refusal(self, features: tuple[str, ...]) -> str | None:
+        """Why a run needing ``features`` cannot start on this torchrl; None when it can."""
+        if self.error is not None:
+            return self.error
+        missing = [f"{feature}: {'; '.join(self.missing[feature])}" for feature in features
+                   if feature not in DROPPABLE and not self.ok(feature)]
+        if not missing:
+            return None
+        return (f"torchrl {self.version} lacks names topo needs ({' | '.join(missing)}); topo was tested with "
+                f"torchrl {', '.join(TESTED)}: pip install 'torchrl==0.14.1'")
+
+    def to_dict(self, features: tuple[str, ...] = FEATURES) -> dict[str, Any]:
+        return {"version": self.version, "tested": self.tested, "error": self.error,
+                "features": {f: self.ok(f) for f in features}, "missing": self.missing,
+                "warnings": self.warnings(features)}
+
+
+def installed_version() -> str | None:
+    """torchrl's version from its distribution's metadata (no import); None when it is not installed."""
+    for dist in ("torchrl", "torchrl-nightly"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def check(features: tuple[str, ...] = FEATURES, names: tuple[Name, ...] = NAMES) -> Support:
+    """Import what the ``names`` of ``features`` need and report, per feature, what is missing (imports torchrl)."""
+    version = installed_version()
+    if version is None:
+        return Support(None, None, error="torchrl is not installed: pip install 'topo[launch]'")
+    torchrl = importlib.import_module("torchrl")
+    version = getattr(torchrl, "__version__", version)
+    tested = next((what for v, what in TESTED.items() if version.split("+")[0].startswith(v)), None)
+    if _release(version) < MINIMUM:
+        return Support(version, tested, error=f"torchrl {version} is older than topo supports "
+                       f"({'.'.join(map(str, MINIMUM))} or newer; tested: {', '.join(TESTED)})")
+    support = Support(version, tested)
+    for name in names:
+        if name.feature in features and not _present(name):
+            support.missing.setdefault(name.feature, []).append(name.label)
+    return support
+
+
+def _present(name: Name) -> bool:
+    try:
+        obj: Any = importlib.import_module(name.module)
+        for part in name.attr.split("."):
+            obj = getattr(obj, part)
+        if name.kind == "instance":
+            instance = obj()
+            return all(hasattr(instance, member) for member in name.members)
+        if name.kind == "source":
+            text = inspect.getsource(obj)
+            return all(member in text for member in name.members)
+        return True
+    except Exception:  # noqa: BLE001 - an import that fails, a name gone, a constructor that changed: missing
+        return False
+
+
+def features_of(plan: dict[str, Any], policy_placement: str | None) -> tuple[str, ...]:
+    """The features a run of ``plan`` uses, with the policy placed at ``policy_placement`` (None: no policy)."""
+    needed = ["collector"]
+    if (plan["launch"].get("restarts") or {}).get("max") or plan["launch"].get("hang_timeout") is not None:
+        needed.append("restarts")
+    if policy_placement == "server":
+        needed.append("policy-server")
+    if any(row["kwargs"].get("backend") == "libero" for sub in plan["subcollectors"] for row in sub["workers"]):
+        needed.append("libero")
+    needed.append("replay-buffer-check")
+    return tuple(needed)
+
+
+_checked: dict[tuple[str, ...], Support] = {}
+
+
+def support(features: tuple[str, ...] = FEATURES) -> Support:
+    """:func:`check` of the installed torchrl for ``features``, once per process."""
+    if features not in _checked:
+        _checked[features] = check(features)
+    return _checked[features]
+
+
+# -- the access helpers: the only code in topo that touches the names above ---------------------
+
+def recording_processes(made: list[tuple[Any, dict]]) -> Iterator[None]:
+    """While the ``with`` block runs, torchrl's subcollector processes are made as usual and each one's class
+    and keyword arguments appended to ``made`` (Python forgets a started process's arguments)."""
+    import contextlib
+
+    from torchrl.collectors import _multi_base
+
+    @contextlib.contextmanager
+    def patched():
+        original = _multi_base._make_process_no_warn_cls
+
+        def recording(ctx=None):
+            cls = original(ctx)
+
+            def make(**kwargs):
+                made.append((cls, kwargs))
+                return cls(**kwargs)
+
+            return make
+
+        _multi_base._make_process_no_warn_cls = recording
+        try:
+            yield
+        finally:
+            _multi_base._make_process_no_warn_cls = original
+
+    return patched()
+
+
+def pickled(fn):
+    """``fn`` as torchrl ships factories to a subcollector process."""
+    from torchrl.data.utils import CloudpickleWrapper
+
+    return CloudpickleWrapper(fn)
+
+
+def sender_of(item: Any) -> int | None:
+    """The subcollector index in an item of torchrl's output queue: ``((data, idx), j)`` or ``(idx, j)``."""
+    head = item[0] if isinstance(item, tuple) and item else None
+    if isinstance(head, tuple) and len(head) == 2 and isinstance(head[1], int):
+        return head[1]
+    return head if isinstance(head, int) else None
+
+
+INSTANTIATED = "instantiated"  # what a subcollector sends once its env and policy are built
+CONTINUE = ("continue", "continue_random")  # what torchrl sends to ask a subcollector for a batch
+
+
+def startup_error(message: Any) -> tuple[str, str | None]:
+    """(one line, traceback) of what a subcollector sent instead of ``INSTANTIATED``."""
+    if isinstance(message, dict):
+        text = f"{message.get('exception_type')}: {message.get('exception_msg')}"
+        return text.splitlines()[0] if text else "", message.get("traceback")
+    text = str(message)
+    return (text.splitlines()[0] if text else ""), None
+
+
+def weight_scheme(collector) -> Any:
+    """The collector's weight-sync scheme for the policy, or None."""
+    return (getattr(collector, "_weight_sync_schemes", None) or {}).get("policy")
+
+
+def ack_queue(scheme, c: int):
+    """The queue subcollector ``c`` acknowledges a weight push on."""
+    return scheme._ack_queues[c]
+
+
+def rewire(scheme, c: int, ctx) -> None:
+    """New weight-sync queues for subcollector ``c`` (its old process may have died holding one)."""
+    from torchrl.weight_update import MultiProcessWeightSyncScheme
+    from torchrl.weight_update._mp import MPTransport
+
+    for name in ("_weight_init_queues", "_instruction_queues", "_ack_queues"):
+        getattr(scheme, name)[c] = ctx.Queue()
+    if isinstance(scheme, MultiProcessWeightSyncScheme):
+        scheme._sender_transports[c] = MPTransport(weight_queue=scheme._weight_init_queues[c],
+                                                   ack_queue=scheme._ack_queues[c])
+
+
+def send_first_weights(scheme, c: int, collector, weights) -> None:
+    """A restarted subcollector's first weights, as torchrl's scheme gave them to its first process."""
+    from torchrl.collectors.utils import _stage_unshareable_weights_on_cpu
+    from torchrl.weight_update import MultiProcessWeightSyncScheme
+
+    if isinstance(scheme, MultiProcessWeightSyncScheme):
+        prepared = scheme.prepare_weights(weights=weights, model_id=scheme.model_id, strategy=scheme._strategy,
+                                          context=collector)
+        scheme._sender_transports[c].send_weights_async(_stage_unshareable_weights_on_cpu(prepared),
+                                                        model_id=scheme.model_id)
+    else:  # shared memory: the buffer every copy reads, updated in place by each push
+        scheme._weight_init_queues[c].put(scheme.shared_transport._params_map[c])
+
+
+def storage_builds_env_in_trainer(rb) -> bool:
+    """Whether torchrl would initialise ``rb``'s storage by building subcollector 0's env in the caller."""
+    storage = getattr(rb, "_storage", None)
+    return storage is not None and not getattr(storage, "initialized", True) and not getattr(storage, "shared_init", False)

@@ -1,0 +1,44 @@
+"""The engines that run a plan's subcollectors, behind one protocol: ``local`` processes or ``ray`` actors.
+
+A run (:mod:`.session`) asks an engine what it can do (:attr:`Engine.capabilities`) rather than which
+engine it is. Adding an engine: a class with these members, chosen in :func:`engine_for`.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ..plan import engine
+
+#: ``restarts``: the engine's collector restarts a subcollector in place (launch.restarts, hang_timeout);
+#: ``weight_updates``: the trainer's weights reach every acting copy (run.update_weights);
+#: ``collector_acks``: the collector waits for each weight acknowledgement itself (a scheme need not)
+CAPABILITIES = ("restarts", "weight_updates", "collector_acks")
+
+
+class Engine(Protocol):
+    name: str
+    capabilities: frozenset[str]
+
+    def check(self, plan: dict[str, Any]) -> None:
+        """Before anything starts, in the trainer (no torch): raise if the engine cannot be reached."""
+
+    def build(self, plan: dict[str, Any], **kwargs: Any) -> Any:
+        """The collector the trainer iterates; ``kwargs`` hold the policy arguments and torchrl options."""
+
+    def supervise(self, collector: Any, recovery: Any) -> None:
+        """Hand the collector the run's side of restarts (engines with ``restarts`` only)."""
+
+    def shutdown(self, collector: Any, timeout: float) -> list[int | None]:
+        """Close every env and subcollector within ``timeout``; their exit codes (None: unknown)."""
+
+
+def engine_for(plan: dict[str, Any], *, restarts: bool = True) -> Engine:
+    """The engine the plan's ``placement.engine`` names; ``restarts``: whether the installed torchrl allows
+    restarting a subcollector in place (:mod:`.boundary`)."""
+    if engine(plan) == "ray":
+        from .ray_collector import RayEngine
+
+        return RayEngine()
+    from .local import LocalEngine
+
+    return LocalEngine(restarts=restarts)
