@@ -1,7 +1,10 @@
 """Every test, and every process a test starts, caches compiled MuJoCo models in one temporary directory
-of the session, never in the user's cache; it is deleted at the end (a LIBERO scene's entry is ~260 MB)."""
+of the session, never in the user's cache; it is deleted at the end (a LIBERO scene's entry is ~260 MB).
+
+The fast tier (``bash scripts/test --fast``, which is ``pytest -m fast``) is :data:`FAST`, marked here."""
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -19,3 +22,34 @@ def session_model_cache(tmp_path_factory):
         os.environ.pop(CACHE_VAR, None)
     else:
         os.environ[CACHE_VAR] = saved
+
+
+# The fast tier, declared here only: the compiler, the rules, the API surface (tests/compiler), the launch's
+# unit tests (no process started), and one toy launch: the README's quickstart, run as written. Each entry is
+# a folder (ending in /), a file, or one test; an entry that names nothing any more fails the run.
+FAST = (
+    "tests/compiler/",
+    "tests/launch/test_launch_units.py",
+    "tests/launch/test_recovery_units.py",
+    "tests/launch/test_training_api.py::test_the_quickstart_runs_as_written",
+)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _in_fast(nodeid: str, entry: str) -> bool:
+    return nodeid.startswith(entry) if entry.endswith("/") else nodeid == entry or nodeid.startswith((entry + "::", entry + "["))
+
+
+def pytest_collection_modifyitems(config, items):
+    missing = [entry for entry in FAST if not (ROOT / entry.split("::")[0]).exists()]
+    matched = set()
+    for item in items:
+        for entry in FAST:
+            if _in_fast(item.nodeid, entry):
+                item.add_marker(pytest.mark.fast)
+                matched.add(entry)
+    if "fast" in (config.getoption("markexpr") or ""):  # a test named in FAST, its file collected, not found
+        collected = {item.nodeid.split("::")[0] for item in items}
+        missing += [e for e in FAST if "::" in e and e not in matched and e.split("::")[0] in collected]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py FAST names tests that do not exist: {', '.join(missing)}")
