@@ -17,8 +17,6 @@ import time
 import torch
 
 import topo
-from topo.launch.plans import resolve
-from topo.worker import import_builder
 
 
 def group_advantages(reward: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
@@ -40,9 +38,8 @@ def main() -> None:
     parser.add_argument("--report", help="write DIR/summary.json, as `topo launch --report` does")
     args = parser.parse_args()
 
-    plan = resolve(args.spec)  # a spec compiled now, or a saved plan still fresh
-    section = plan["policy"]
-    policy = import_builder(section["factory"])(**section["kwargs"])  # the trainer's copy, same factory
+    plan = topo.load(args.spec)  # a spec compiled now, or a saved plan still fresh
+    policy = plan.make_policy()  # the trainer's copy, from the factory the acting copies come from
     optim = torch.optim.Adam(policy.parameters(), lr=args.lr)
 
     with topo.collector(plan, policy=policy, report_dir=args.report) as run:

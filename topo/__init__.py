@@ -1,36 +1,58 @@
 """topo: a declarative compiler for TorchRL environment topologies.
 
-Python API (mirrors the CLI; nothing but :func:`collector` imports torch)::
+A training script (nothing but :func:`collector` and :meth:`Plan.make_policy` imports torch)::
 
     import topo
-    source = topo.load("spec.yaml", {"workers": "8"})   # read + render + parse, located
-    checked = topo.validate(source)                     # every diagnostic at once
-    plan = topo.compile_spec("spec.yaml")                # the plan dict, or SpecError
-    with topo.collector("spec.yaml", policy_factory=make_policy, policy=policy) as run:
-        for batch in run.collector:                     # the torchrl collector, supervised
-            ...
-            run.update_weights()
+    plan = topo.load("examples/toy_2x3.yaml")            # a spec or a saved plan, checked: a topo.Plan
+    with topo.collector(plan, policy=plan.make_policy()) as run:
+        for i, batch in zip(range(3), run.collector):     # the torchrl collector, supervised
+            run.update_weights()                          # your update first; then every copy acts with it
+
+The compiler, as the CLI runs it::
+
+    source = topo.load_spec("spec.yaml.j2", {"workers": "8"})  # read + render + parse, located
+    checked = topo.validate(source)                           # every diagnostic at once
+    plan_dict = topo.compile_spec("spec.yaml")                # the plan dict, or SpecError
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .version import __version__
 
-from .errors import LaunchError, SpecError, StalePlanError, TopoError
-from .load import Source, load
+from .errors import LaunchError, SpecError, StalePlanError, TopoError, UsageError
+from .load import Source
+from .load import load as load_spec
 from .plan import compile_source, compile_spec
 from .validate import Checked, validate
+from .api import Plan, PlanSource, Row, Subcollector, load
+
+if TYPE_CHECKING:
+    from .launch.session import Run
 
 __all__ = [
-    "Checked", "LaunchError", "Source", "SpecError", "StalePlanError", "TopoError", "__version__",
-    "collector", "compile_source", "compile_spec", "load", "validate",
+    "Checked", "LaunchError", "Plan", "PlanSource", "Row", "Source", "SpecError", "StalePlanError", "Subcollector",
+    "TopoError", "UsageError", "__version__", "collector", "compile_source", "compile_spec", "load", "load_spec",
+    "validate",
 ]
 
 
-def collector(source, **options):
-    """A supervised run of ``source`` (a spec, a saved plan, or a plan dict) for a training loop to iterate.
+def collector(source: PlanSource | Plan, **options: Any) -> Run:
+    """A supervised run of ``source`` for a training loop to iterate: a :class:`Plan` (from :func:`load`),
+    a spec, a saved plan's path, or a plan dict (each checked).
 
-    See :class:`topo.launch.session.Run`; this imports torch.
+    ``with topo.collector(plan, policy=plan.make_policy()) as run:`` starts it; ``run.collector`` is the
+    torchrl collector, ``run.update_weights()`` pushes the trainer's weights, ``run.report`` is the report
+    once the block ends. The options (``variables``, ``spec``, ``allow_edited`` for a path;
+    ``policy``, ``policy_factory``, ``report_dir``, ``startup_timeout``, ..., and any torchrl collector
+    keyword) are :func:`topo.launch.session.collector`'s. This imports torch.
     """
+    if isinstance(source, Plan):  # unwrapped here: the run takes the plan dict, checked again
+        given = sorted(key for key in ("variables", "spec") if options.get(key))
+        if given:
+            raise UsageError(f"{', '.join(given)}= apply when a plan is loaded: pass them to topo.load")
+        options.setdefault("allow_edited", source.allow_edited)
+        source = source.data
     from .launch.session import collector as run
 
     return run(source, **options)

@@ -125,14 +125,13 @@ def plan(spec, assignments, dry_run, fmt, limit, out, strict):
     from .load import load
     from .plan import compile_source
     from .load import parse_assignments
-    from .plan import dumps
+    from .plan import write
 
     result = compile_source(load(spec, parse_assignments(assignments)), strict=strict,
                             on_warnings=lambda found: click.echo(render.diagnostics_text(found), nl=False, err=True))
     if out:
         try:
-            with open(out, "w", encoding="utf-8") as handle:
-                handle.write(dumps(result))
+            write(result, out)
         except OSError as exc:
             click.echo(f"error: cannot write the plan to {out}: {exc.strerror}", err=True)
             sys.exit(2)

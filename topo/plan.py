@@ -18,7 +18,7 @@ from .planfile import FORMAT, seal
 from .validate import Checked, validate
 from .version import __version__
 
-__all__ = ["FORMAT", "compile_checked", "dumps", "preload_modules", "rows"]
+__all__ = ["FORMAT", "compile_checked", "dumps", "preload_modules", "rows", "write"]
 
 
 def compile_source(source: Source, *, strict: bool = False, on_warnings: Callable[[list], Any] | None = None) -> dict:
@@ -150,3 +150,9 @@ def rows(plan: dict[str, Any]):
 def dumps(plan: dict[str, Any]) -> str:
     """Canonical JSON with the plan's digest (:func:`topo.planfile.seal`): the same plan gives the same bytes."""
     return json.dumps(seal(plan), indent=1, sort_keys=False, ensure_ascii=False) + "\n"
+
+
+def write(plan: dict[str, Any], path: str) -> None:
+    """Save ``plan`` at ``path`` as :func:`dumps` gives it: what ``topo plan -o`` writes and ``topo launch`` reads."""
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(dumps(plan))

@@ -79,12 +79,12 @@ def test_python_api_is_bounded(tmp_path):
     laughs = tmp_path / "laughs.yaml"
     laughs.write_text(HEAD + "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"a{i}: &a{i} [{', '.join(['*a' if i == 0 else f'*a{i - 1}'] * 10)}]\n" for i in range(8)))
-    assert _codes(lambda: topo.load(laughs)) == ["yaml-alias-expansion"]
+    assert _codes(lambda: topo.load_spec(laughs)) == ["yaml-alias-expansion"]
     assert _codes(lambda: topo.compile_spec(laughs)) == ["yaml-alias-expansion"]
     assert _codes(lambda: parse(" " * (MAX_SPEC_BYTES + 1), "big.yaml")) == ["spec-too-large"]
     template = tmp_path / "t.yaml.j2"
     template.write_text(HEAD + "x: {{ nest }}\n")
-    assert _codes(lambda: topo.load(template, {"nest": "[" * 5000})) == ["spec-too-deep"]
+    assert _codes(lambda: topo.load_spec(template, {"nest": "[" * 5000})) == ["spec-too-deep"]
 
 
 # --- templates: bounded, yet everything a real template does still works ------------------------------
@@ -107,7 +107,7 @@ def test_template_limits_name_the_line(tmp_path):
     template = tmp_path / "t.yaml.j2"
     template.write_text(HEAD + "name: '{{ \"ab\" * 10 }}'\nx: {{ 'y'|center(10**9) }}\n")
     with pytest.raises(SpecError) as caught:
-        topo.load(template)
+        topo.load_spec(template)
     (d,) = caught.value.diagnostics
     assert (d.code, d.line) == ("template-too-large", 5)
     assert "filter center is given 1,000,000,000" in d.message

@@ -178,6 +178,18 @@ def test_the_grpo_example_trains_on_the_toy_topology(tmp_path):
     assert report["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 6}
 
 
+def test_the_quickstart_runs_as_written():
+    """examples/quickstart.py, the README's five lines, from the repository root as the README says."""
+    done = subprocess.run([sys.executable, "examples/quickstart.py"], env=subprocess_env(), capture_output=True,
+                          text=True, timeout=HANG_GUARD_S, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    lines = [line.strip() for line in done.stdout.splitlines()]
+    assert lines[0].startswith("run ok: 2 subcollector(s), 6 env workers, batches per subcollector [3, 3]"), done.stdout
+    assert "env constructions: trainer 0, server 0, subcollector 0, worker 6 (expected worker 6, others 0)" in lines
+    assert "left behind 0, alive after 0" in lines
+    assert any(line.endswith("3 update(s); versions in each subcollector's last batch [[2], [2]]") for line in lines)
+
+
 def test_collector_arguments_that_would_break_a_guarantee_are_refused(tmp_path):
     from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
