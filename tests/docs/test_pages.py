@@ -115,3 +115,14 @@ def test_schema_defaults_are_topos():
 def test_block_ids_are_unique():
     ids = [b.id for b in all_blocks()]
     assert len(ids) == len(set(ids))
+
+
+def test_readme_links_point_at_files():
+    """README.md is not part of the Sphinx build: its relative links are checked here (docs/ links by Sphinx)."""
+    import re
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    links = [target for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text) if "://" not in target]
+    assert links
+    missing = [target for target in links if not (ROOT / target).exists()]
+    assert not missing, missing
