@@ -40,7 +40,7 @@ class _RowRequired(TypedDict):
 
 
 class Row(_RowRequired, total=False):
-    """One worker's row of a plan (``docs/plan-format.md``): a plain dict, typed for a type checker.
+    """One worker's row of a plan (``docs/reference/plan-format.md``): a plain dict, typed for a type checker.
 
     ``kwargs`` is exactly the ``create_env_kwargs`` entry the worker gets. ``render_numbering`` is
     absent from plans written by an older topo.
@@ -61,7 +61,7 @@ class Subcollector(TypedDict):
 class Plan:
     """A checked plan: one row per worker with its exact env kwargs. Make one with :func:`load`.
 
-    The plan dict (``docs/plan-format.md``) stays the truth: :attr:`data` is that dict itself (the one
+    The plan dict (``docs/reference/plan-format.md``) stays the truth: :attr:`data` is that dict itself (the one
     :func:`topo.collector` runs; change it and you change the plan, and a saved plan changed so is
     refused at launch), :meth:`to_dict` a copy. The properties read it; none of them copies or checks.
     """

@@ -1,7 +1,7 @@
 """Compile a validated spec into a plan: one row per worker with its exact create_env_kwargs.
 
 Pure and deterministic; imports neither torch nor a simulator. The plan is plain JSON data
-(``docs/plan-format.md``); :func:`dumps` gives its canonical bytes, sealed with its digest.
+(``docs/reference/plan-format.md``); :func:`dumps` gives its canonical bytes, sealed with its digest.
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ _TYPES: dict[str, Check] = {
     "object": lambda v: type(v) is dict,
     "array": lambda v: type(v) is list,
 }
-_NOTES = {"$schema", "$id", "$defs", "title", "description"}
+_NOTES = {"$schema", "$id", "$defs", "title", "description", "default"}  # annotations
 
 
 def compile_schema(schema: dict, root: dict | None = None, _defs: dict | None = None) -> Check:

@@ -214,7 +214,7 @@ def table(result: dict[str, Any]) -> str:
         lines.append(f"one worker alone: start + imports {costs['shared']:.1f} s (shared: once per importing process), "
                      f"construction {costs['construct']:.1f} s + first reset {costs['reset']:.1f} s (never shared){cold}")
         lines.append(f"bound = max(chain, work / {result['cores']} cores), per mode's importing processes and parent envs "
-                     "(topo bench --help, README)")
+                     "(topo bench --help, docs/benchmarks.md)")
     return "\n".join(lines)
 
 

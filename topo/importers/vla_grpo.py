@@ -1,6 +1,6 @@
 """``topo import vla-grpo``: a topo spec from torchrl's vla_grpo recipe config (Hydra,
 ``sota-implementations/vla_grpo/config/vla_grpo_libero.yaml``) whose plan is the recipe's assignment,
-worker for worker (README, "The assignment").
+worker for worker (docs/reference/spec.md, "The assignment").
 
 Every key of the config is accounted for: written into the spec with a comment naming it, read and found
 equal to topo's default, or named as something a topo spec does not express (the training loop's: policy,
@@ -166,8 +166,8 @@ def convert(config: Config, name: str) -> Imported:
     ]
     left_out, unknown = _account(config, r.used)
     header = [f"Written by `topo import vla-grpo {name}` from torchrl's vla_grpo recipe config: each value names "
-              "the key it came from. Its plan is the recipe's assignment, worker for worker (README: \"The "
-              "assignment\")."]
+              "the key it came from. Its plan is the recipe's assignment, worker for worker "
+              "(docs/reference/spec.md: \"The assignment\")."]
     footer = []
     if r.defaults:
         footer += ["Read from the config, and already topo's defaults (not written):"] + [f"  {d}" for d in r.defaults]

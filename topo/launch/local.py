@@ -23,7 +23,7 @@ def subcollector_env(index: int, rows: list[dict], start_method: str, launch: di
     The subcollector leads a process group of its own (its env workers join it), so a Ctrl-C in the
     trainer's terminal reaches the trainer only, which then shuts everything down in order.
     ``launch["construction"]`` other than ``workers`` rebuilds how people do it today, for ``topo bench``
-    (documented in docs/plan-format.md): ``homogeneous`` (one factory + kwargs, torchrl's default
+    (documented in docs/reference/plan-format.md): ``homogeneous`` (one factory + kwargs, torchrl's default
     metadata: one env in this process) and ``legacy`` (one distinct callable per worker: every env once
     more in this process).
     """
