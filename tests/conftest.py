@@ -31,6 +31,8 @@ FAST = (
     "tests/compiler/",
     "tests/launch/test_launch_units.py",
     "tests/launch/test_recovery_units.py",
+    "tests/launch/test_boundary.py",
+    "tests/docs/test_pages.py",
     "tests/launch/test_training_api.py::test_the_quickstart_runs_as_written",
 )
 ROOT = Path(__file__).resolve().parent.parent

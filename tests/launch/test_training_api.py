@@ -71,6 +71,23 @@ def test_the_policy_acts_with_the_weights_the_trainer_pushed(tmp_path, placement
     assert_trainer_state_restored(events)
 
 
+def test_on_a_torchrl_without_the_restart_names_training_runs_with_restarts_off(tmp_path):
+    """torchrl's own collectors and a synchronous weight-sync scheme, the restarts asked for turned off, said so."""
+    done, events = train(tmp_path, "--iterations", 2, "--restarts", 2, "--torchrl-without-restarts")
+    t_end = time.time()
+    assert done.returncode == 0, done.stderr
+    assert [b["versions"] for b in of(events, "batch")] == [[0], [1]]
+    assert "warning: torchrl 0.14.1: restarts and subcollector hang detection are off" in done.stderr
+    report = of(events, "after")[0]["report"]
+    assert report["ok"] and report["torchrl"]["features"]["restarts"] is False
+    assert report["torchrl"]["warnings"] == [
+        "torchrl 0.14.1: restarts and subcollector hang detection are off (a failure ends the run): missing "
+        "torchrl.collectors._multi_base._make_process_no_warn_cls"]
+    assert report["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 4}
+    assert report["env_closes"] == {"constructed": 4, "closed": 4}
+    assert_nothing_left(report, t_end)
+
+
 @pytest.mark.parametrize("weight_sync", ["shared_mem", "multiprocess"])
 def test_the_copies_act_with_pushed_weights_only(tmp_path, weight_sync):
     """An optimizer step is not seen until update_weights: no copy shares the trainer's parameters."""

@@ -55,6 +55,8 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--report")
     parser.add_argument("--restarts", type=int, default=0, help="launch.restarts max")
+    parser.add_argument("--torchrl-without-restarts", action="store_true",
+                        help="run as on a torchrl that lacks the names restarts need (topo.launch.boundary)")
     parser.add_argument("--then", default="ok",
                         choices=["ok", "raise", "kill-worker", "kill-subcollector-then-update", "skip-first-update"])
     args = parser.parse_args()
@@ -66,6 +68,14 @@ def main() -> None:
     from topo.errors import LaunchError
     from topo.policies.tinyvla import make
 
+    if args.torchrl_without_restarts:
+        import dataclasses
+
+        from topo.launch import boundary
+
+        real = boundary.support
+        boundary.support = lambda features: dataclasses.replace(
+            real(features), missing={"restarts": ["torchrl.collectors._multi_base._make_process_no_warn_cls"]})
     plan = topo.compile_spec(args.spec)
     kwargs = (plan["policy"] or {}).get("kwargs") or {"action_dim": 4, "image_size": 16, "state_dim": 8}
     plan["policy"] = {"factory": "topo.policies.tinyvla:make", "kwargs": kwargs, "placement": args.placement,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 #: torchrl versions the test suite ran against: version -> what was run (README: "torchrl versions")
-TESTED = {"0.14.1": "the full suite", "0.15.0": "torchrl-nightly 2026.10.27: scripts/torchrl-nightly"}
+TESTED = {"0.14.1": "the full suite", "2026.10.27": "torchrl-nightly: scripts/torchrl-nightly"}
 MINIMUM = (0, 14)  # the multi collectors, worker metadata and the weight-sync schemes topo drives
 #: what a feature does when its names are missing: refuse the run, or run without it and warn
 DROPPABLE = {"restarts": "restarts and subcollector hang detection are off (a failure ends the run)",
@@ -66,7 +66,7 @@ NAMES: tuple[Name, ...] = (
     Name("restarts", "torchrl.collectors.utils", "_stage_unshareable_weights_on_cpu",
          "a restarted subcollector's first weights (multiprocess scheme)"),
     Name("restarts", "torchrl.data.utils", "CloudpickleWrapper", "a restarted subcollector's env and policy factories"),
-    Name("restarts", "torchrl.weight_update._mp", "MPTransport", "a restarted subcollector's weight transport"),
+    Name("restarts", "torchrl.weight_update", "MPTransport", "a restarted subcollector's weight transport"),
     Name("restarts", "torchrl.weight_update", "SharedMemWeightSyncScheme", "a restarted subcollector's queues",
          kind="instance", members=("_weight_init_queues", "_instruction_queues", "_ack_queues", "shared_transport")),
     Name("restarts", "torchrl.weight_update", "MultiProcessWeightSyncScheme", "a restarted subcollector's queues",
@@ -269,7 +269,7 @@ def ack_queue(scheme, c: int):
 def rewire(scheme, c: int, ctx) -> None:
     """New weight-sync queues for subcollector ``c`` (its old process may have died holding one)."""
     from torchrl.weight_update import MultiProcessWeightSyncScheme
-    from torchrl.weight_update._mp import MPTransport
+    from torchrl.weight_update import MPTransport
 
     for name in ("_weight_init_queues", "_instruction_queues", "_ack_queues"):
         getattr(scheme, name)[c] = ctx.Queue()

@@ -31,6 +31,7 @@ import functools
 import multiprocessing
 import os
 import queue as queues
+import warnings
 from multiprocessing import connection
 from typing import Any, Callable, ContextManager, Protocol
 
@@ -255,6 +256,7 @@ class _Inbox:
         self.starting: dict[int, Any] = {}
         self.pipes = pipes
         self.owner = owner
+        self.unreadable = False  # an item whose sender could not be read was seen (warned once)
 
     def serve(self, c: int, queue, pipe) -> None:
         self.private[c] = queue  # a previous private queue of c is dropped with what it holds
@@ -267,6 +269,11 @@ class _Inbox:
         while True:
             item, source = self._get_any(timeout if block else 0)
             c = boundary.sender_of(item)
+            if c is None and not self.unreadable:  # torchrl changed its queue items: say what stops working
+                self.unreadable = True
+                warnings.warn(f"topo: torchrl's output queue item {type(item).__name__} names no subcollector "
+                              "(expected ((data, idx), j) or (idx, j)): batches a restarted subcollector's "
+                              "predecessor left in the queue are no longer dropped", RuntimeWarning, stacklevel=2)
             if source is self.shared and c in self.private:
                 continue  # written by a subcollector since restarted: its successor collects instead
             if c is not None and 0 <= c < len(self.pipes):
