@@ -43,7 +43,7 @@ class Name:
 
     @property
     def label(self) -> str:
-        return f"{self.module}.{self.attr}" + (f" [{', '.join(self.members)}]" if self.members else "")
+        return ".".join(filter(None, (self.module, self.attr))) + (f" [{', '.join(self.members)}]" if self.members else "")
 
 
 NAMES: tuple[Name, ...] = (
@@ -83,6 +83,9 @@ NAMES: tuple[Name, ...] = (
     Name("libero", "torchrl.envs.libs.libero", "LiberoEnv._select_init_state", "fixtures_by_init_state"),
     Name("libero", "torchrl.envs.libs.libero", "LiberoEnv._set_seed", "env.set_seed(seed) in each worker"),
     Name("libero", "torchrl.envs.libs.libero", "_ensure_libero_config", "LIBERO's config, written before torchrl's"),
+    Name("libero", "torchrl.envs.libs.libero", "", "what the builder options read of a LiberoEnv (its module's source)",
+         kind="source", members=("self._env", "self.settle_steps", "self.init_states", "self.task_suite",
+                                 "self.task_id", "self._current_init_state_index")),
 )
 
 
@@ -161,7 +164,7 @@ def check(features: tuple[str, ...] = FEATURES, names: tuple[Name, ...] = NAMES)
 def _present(name: Name) -> bool:
     try:
         obj: Any = importlib.import_module(name.module)
-        for part in name.attr.split("."):
+        for part in filter(None, name.attr.split(".")):  # "" names the module itself
             obj = getattr(obj, part)
         if name.kind == "instance":
             instance = obj()
