@@ -26,6 +26,7 @@ import time
 from typing import Any, Callable
 
 from ..errors import LaunchError, UsageError
+from ..rundir import RunDir
 from . import boundary, failure as failures, observe, plans, teardown, trainer, watcher
 from .delivery import Delivery
 from .engines import engine_for
@@ -121,26 +122,16 @@ class Run:
 
     def start(self) -> None:
         """Start every process of the plan and build the collector; raises what went wrong, after teardown."""
-        if Run._active is not None:
-            raise UsageError("a topo run is already active in this process: one at a time")
-        if os.environ.get(trainer.TRAINER_VAR):
-            raise UsageError("topo.collector was called in a process that a run started (a subcollector or the policy "
-                             "server): spawned processes import the training script again, so keep its loop under "
-                             "`if __name__ == '__main__':`")
+        _refuse_nested(Run._active is not None)
         for warning in self.torchrl.warnings(self.features):
             print(f"warning: {warning}", file=sys.stderr)
         self.engine.check(self.plan)
         if self.placement is not None:
             self.placement.check()
-        if self.report_dir:
-            os.makedirs(self.report_dir, exist_ok=True)
-        path = tempfile.mkdtemp(prefix="topo-run-", dir=os.path.abspath(self.report_dir) if self.report_dir else None)
-        from ..rundir import RunDir
-
+        path = _run_directory(self.report_dir, {
+            "plan": self.plan, "policy": self.setup.describe() if self.setup else None,
+            "shutdown_timeout": self.shutdown_budget, "torchrl": self.torchrl.to_dict(self.features)})
         self.state = RunState(self.plan, RunDir(path), time.time())
-        with open(os.path.join(path, "launch.json"), "w") as f:
-            json.dump({"plan": self.plan, "policy": self.setup.describe() if self.setup else None,
-                       "shutdown_timeout": self.shutdown_budget, "torchrl": self.torchrl.to_dict(self.features)}, f)
         Run._active = self
         self._saved = trainer.TrainerState.save()
         self._watcher = watcher.start(path, temporary=self.report_dir is None)
@@ -266,3 +257,22 @@ def _parts(plan: dict[str, Any], policy_factory, policy, collector_kwargs: dict[
     placement = Placement(setup, policy, len(plan["subcollectors"]),
                           collector_acks="collector_acks" in engine.capabilities) if setup else None
     return setup, features, torchrl, engine, placement
+
+
+def _refuse_nested(active: bool) -> None:
+    if active:
+        raise UsageError("a topo run is already active in this process: one at a time")
+    if os.environ.get(trainer.TRAINER_VAR):
+        raise UsageError("topo.collector was called in a process that a run started (a subcollector or the policy "
+                         "server): spawned processes import the training script again, so keep its loop under "
+                         "`if __name__ == '__main__':`")
+
+
+def _run_directory(report_dir: str | None, launch: dict[str, Any]) -> str:
+    """A new run directory (in ``report_dir``, else a temporary one) holding ``launch.json``."""
+    if report_dir:
+        os.makedirs(report_dir, exist_ok=True)
+    path = tempfile.mkdtemp(prefix="topo-run-", dir=os.path.abspath(report_dir) if report_dir else None)
+    with open(os.path.join(path, "launch.json"), "w") as f:
+        json.dump(launch, f)
+    return path
