@@ -173,7 +173,8 @@ def test_run_checks_on_a_host_whose_orders_differ(monkeypatch):
         return kind
 
     results = {"imports": {"versions": {}, "facts": {"paths": {}}}, "gl": {"gl": "egl", "renderer": "NVIDIA H200"},
-               "egl": {"devices": [0]}}
+               "egl": {"devices": [0]}, "torchrl": {"version": "0.14.1", "tested": "the full suite", "error": None,
+                                                    "missing": {}}}
     monkeypatch.setattr(doctor, "_start", start)
     monkeypatch.setattr(doctor, "_finish", lambda kind, timeout: results[kind])
     monkeypatch.setattr(doctor, "_nvidia_gpus", lambda: FOUR)

@@ -100,7 +100,7 @@ def test_doctor_on_this_cpu_host(tmp_path):
     assert ok.returncode == 0, ok.stdout + ok.stderr
     lines = ok.stdout.splitlines()
     assert [line.split()[:2] for line in lines[1:-1]] == [
-        ["ok", "backend"], ["ok", "imports"], ["ok", "gl"], ["ok", "render-gpus"], ["ok", "libero-tasks"], ["ok", "libero-assets"],
+        ["ok", "backend"], ["ok", "imports"], ["ok", "torchrl"], ["ok", "gl"], ["ok", "render-gpus"], ["ok", "libero-tasks"], ["ok", "libero-assets"],
         ["ok", "memory"]]
     assert "llvmpipe" in ok.stdout and lines[-1].startswith("ready to launch")
 
