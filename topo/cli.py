@@ -217,7 +217,7 @@ def cache_clear(directory):
 def cache_warm(spec, assignments, directory, first_worker):
     """Compile the models of SPEC's tasks into the cache, one per distinct task, before a launch.
 
-    Nothing is built: each task's construction stops right after MuJoCo compiled its model. Exit 0
+    Nothing is built (but with --first-worker): each task's construction stops right after MuJoCo compiled its model. Exit 0
     when every task is cached, 1 when one failed, 2 for a bad spec. (A builder module whose models
     topo caches offers ``warm(env, directory)``, ``model_identity(env)`` and ``model_label(env)``,
     and ``warm_first_worker(env, directory)`` for --first-worker.)
