@@ -211,12 +211,16 @@ def cache_clear(directory):
 @click.argument("spec", type=click.Path(dir_okay=True, path_type=str))
 @set_option
 @dir_option
-def cache_warm(spec, assignments, directory):
+@click.option("--first-worker", is_flag=True,
+              help="Then build the plan's first worker, reset and step it once: the JIT kernels and shaders a "
+                   "first launch would compile (LIBERO: robosuite's numba kernels, Mesa's shaders) are on disk.")
+def cache_warm(spec, assignments, directory, first_worker):
     """Compile the models of SPEC's tasks into the cache, one per distinct task, before a launch.
 
-    Nothing is built: each task's construction stops right after MuJoCo compiled its model. Exit 0
+    Nothing is built (but with --first-worker): each task's construction stops right after MuJoCo compiled its model. Exit 0
     when every task is cached, 1 when one failed, 2 for a bad spec. (A builder module whose models
-    topo caches offers ``warm(env, directory)``, ``model_identity(env)`` and ``model_label(env)``.)
+    topo caches offers ``warm(env, directory)``, ``model_identity(env)`` and ``model_label(env)``,
+    and ``warm_first_worker(env, directory)`` for --first-worker.)
     """
     from .plan import compile_spec
     from .load import parse_assignments
@@ -247,6 +251,16 @@ def cache_warm(spec, assignments, directory):
                 "disabled": "the model cache is off"}.get(result, result)
         click.echo(f"{event['label']}: {what}" + (f" ({event['key'][:12]})" if event.get("key") else ""))
     click.echo(f"{ready} of {len(distinct)} model(s) ready")
+    if first_worker and not failed and hasattr(module, "warm_first_worker"):
+        env = next(iter(distinct.values()))
+        try:
+            with contextlib.redirect_stdout(sys.stderr):
+                phases = module.warm_first_worker(env, directory)
+        except Exception as exc:
+            click.echo(f"first worker ({module.model_label(env)}): failed: {type(exc).__name__}: {exc}", err=True)
+            sys.exit(1)
+        click.echo(f"first worker ({phases['label']}): built in {phases['build_s']:.1f} s, reset and stepped "
+                   f"in {phases['reset_step_s']:.1f} s")
     sys.exit(1 if failed else 0)
 
 

@@ -60,3 +60,5 @@ def test_warm_needs_a_valid_spec_and_a_mujoco_backend(tmp_path):
     toy.write_text("version: 1\nenv: {backend: toy}\ntopology: {subcollectors: 1, workers_per_subcollector: 1}\n")
     result = run("warm", toy, "--dir", tmp_path)
     assert result.exit_code == 0 and "nothing to warm" in result.output
+    result = run("warm", toy, "--dir", tmp_path, "--first-worker")
+    assert result.exit_code == 0 and "nothing to warm" in result.output and "first worker" not in result.output

@@ -206,3 +206,22 @@ def test_group_members_start_identically_only_with_fixtures_by_init_state():
     assert "body_pos" in out["off"][0] and out["off_body_gap_m"] > 1e-3
     assert "body_pos" in out["other_init_state"]  # other init states still get other fixtures
     assert out["streams"] == [True, True, False]  # resets no longer draw from the worker's seeded stream
+
+
+def test_cache_warm_first_worker_builds_resets_and_steps_one_worker(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("""version: 1
+env:
+  backend: libero
+  kwargs: {task_suite: libero_spatial, camera_height: 64, camera_width: 64, env_kwargs: {hard_reset: false}}
+topology: {subcollectors: 1, workers_per_subcollector: 2}
+assignment: {tasks: 0-1}
+""")
+    cache = tmp_path / "cache"
+    done = subprocess.run([sys.executable, "-m", "topo.cli", "cache", "warm", str(spec), "--dir", str(cache),
+                           "--first-worker"], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert "cached already" in lines[1] and lines[2] == "2 of 2 model(s) ready"  # one scene for both tasks
+    assert lines[3].startswith("first worker (libero_spatial task 0): built in ") and "reset and stepped" in lines[3]

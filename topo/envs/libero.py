@@ -71,6 +71,30 @@ def warm(env: Mapping[str, Any], directory: str | os.PathLike | None = None) -> 
     raise RuntimeError(f"{label}: LiberoEnv was built without compiling a MuJoCo model")
 
 
+def warm_first_worker(env: Mapping[str, Any], directory: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Build one worker of ``env`` as a launch does, reset it, take one step and close it: what a first
+    worker compiles once per environment is then on disk, and the first launch builds like the second.
+
+    That is robosuite's numba kernels (``cache=True``: written beside robosuite's sources, in this
+    virtual environment; ``NUMBA_CACHE_DIR`` moves them), about 24 s in one process here and more when
+    every worker of a first launch compiles its own at once, and Mesa's shaders (``MESA_SHADER_CACHE_DIR``,
+    else ``~/.cache/mesa_shader_cache``), about 2 s. The model comes from the cache (``directory``, else
+    the options' own) like a worker's. Returns the seconds of each phase."""
+    import time
+
+    kwargs = dict(env)
+    if directory is not None:
+        kwargs["options"] = {**dict(kwargs.get("options") or {}), "model_cache": os.fspath(directory)}
+    start = time.perf_counter()
+    instance = build(kwargs)
+    built = time.perf_counter()
+    try:
+        instance.rand_step(instance.reset())
+    finally:
+        instance.close()
+    return {"label": model_label(env), "build_s": built - start, "reset_step_s": time.perf_counter() - built}
+
+
 def model_label(env: Mapping[str, Any]) -> str:
     """How ``topo cache`` names the model of ``env``."""
     return f"{env.get('task_suite')} task {env.get('task_id')}"
