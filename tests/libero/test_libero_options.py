@@ -126,21 +126,26 @@ def test_soft_resets_start_like_hard_resets_only_with_the_gripper_reset():
     assert out["hard_resets"] == {"hit": 2}  # each episode's hard reset loads the model
 
 
-def test_cache_warm_compiles_each_task_once_and_builds_hit(tmp_path):
+def two_task_spec(tmp_path, suite: str, workers: int):
     spec = tmp_path / "spec.yaml"
-    spec.write_text("""version: 1
+    spec.write_text(f"""version: 1
 env:
   backend: libero
-  kwargs: {task_suite: libero_object, camera_height: 64, camera_width: 64, env_kwargs: {hard_reset: false}}
-topology: {subcollectors: 1, workers_per_subcollector: 4}
-assignment: {tasks: 0-1}
-""")  # libero_object's tasks have scenes of their own (libero_spatial's ten share one model)
-    cache = tmp_path / "cache"
+  kwargs: {{task_suite: {suite}, camera_height: 64, camera_width: 64, env_kwargs: {{hard_reset: false}}}}
+topology: {{subcollectors: 1, workers_per_subcollector: {workers}}}
+assignment: {{tasks: 0-1}}
+""")
+    return spec
 
-    def topo(*args):
-        return subprocess.run([sys.executable, "-m", "topo.cli", "cache", *args], capture_output=True, text=True,
-                              timeout=600, cwd=ROOT, stdin=subprocess.DEVNULL)
 
+def topo(*args):
+    return subprocess.run([sys.executable, "-m", "topo.cli", "cache", *map(str, args)], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT, stdin=subprocess.DEVNULL)
+
+
+def test_cache_warm_compiles_each_task_once_and_builds_hit(tmp_path):
+    spec = two_task_spec(tmp_path, "libero_object", 4)  # libero_object's tasks have scenes of their own
+    cache = tmp_path / "cache"  # (libero_spatial's ten share one model)
     first = topo("warm", str(spec), "--dir", str(cache))
     assert first.returncode == 0, first.stderr[-3000:]
     lines = first.stdout.splitlines()
@@ -209,18 +214,9 @@ def test_group_members_start_identically_only_with_fixtures_by_init_state():
 
 
 def test_cache_warm_first_worker_builds_resets_and_steps_one_worker(tmp_path):
-    spec = tmp_path / "spec.yaml"
-    spec.write_text("""version: 1
-env:
-  backend: libero
-  kwargs: {task_suite: libero_spatial, camera_height: 64, camera_width: 64, env_kwargs: {hard_reset: false}}
-topology: {subcollectors: 1, workers_per_subcollector: 2}
-assignment: {tasks: 0-1}
-""")
+    spec = two_task_spec(tmp_path, "libero_spatial", 2)
     cache = tmp_path / "cache"
-    done = subprocess.run([sys.executable, "-m", "topo.cli", "cache", "warm", str(spec), "--dir", str(cache),
-                           "--first-worker"], capture_output=True, text=True, timeout=600, cwd=ROOT,
-                          stdin=subprocess.DEVNULL)
+    done = topo("warm", spec, "--dir", cache, "--first-worker")
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert "cached already" in lines[1] and lines[2] == "2 of 2 model(s) ready"  # one scene for both tasks
