@@ -12,6 +12,7 @@ any other torchrl from :data:`MINIMUM` on runs when its names check out, with a 
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import inspect
@@ -202,33 +203,28 @@ def support(features: tuple[str, ...] = FEATURES) -> Support:
 
 # -- the access helpers: the only code in topo that touches the names above ---------------------
 
+@contextlib.contextmanager
 def recording_processes(made: list[tuple[Any, dict]]) -> Iterator[None]:
     """While the ``with`` block runs, torchrl's subcollector processes are made as usual and each one's class
     and keyword arguments appended to ``made`` (Python forgets a started process's arguments)."""
-    import contextlib
-
     from torchrl.collectors import _multi_base
 
-    @contextlib.contextmanager
-    def patched():
-        original = _multi_base._make_process_no_warn_cls
+    original = _multi_base._make_process_no_warn_cls
 
-        def recording(ctx=None):
-            cls = original(ctx)
+    def recording(ctx=None):
+        cls = original(ctx)
 
-            def make(**kwargs):
-                made.append((cls, kwargs))
-                return cls(**kwargs)
+        def make(**kwargs):
+            made.append((cls, kwargs))
+            return cls(**kwargs)
 
-            return make
+        return make
 
-        _multi_base._make_process_no_warn_cls = recording
-        try:
-            yield
-        finally:
-            _multi_base._make_process_no_warn_cls = original
-
-    return patched()
+    _multi_base._make_process_no_warn_cls = recording
+    try:
+        yield
+    finally:
+        _multi_base._make_process_no_warn_cls = original
 
 
 def pickled(fn):

@@ -9,13 +9,11 @@ from typing import Any, Protocol
 
 from ..plan import engine
 
-#: ``restarts``: the engine's collector restarts a subcollector in place (launch.restarts, hang_timeout);
-#: ``weight_updates``: the trainer's weights reach every acting copy (run.update_weights);
-#: ``collector_acks``: the collector waits for each weight acknowledgement itself (a scheme need not)
-CAPABILITIES = ("restarts", "weight_updates", "collector_acks")
-
-
 class Engine(Protocol):
+    """``capabilities``: ``restarts`` (its collector restarts a subcollector in place: launch.restarts,
+    hang_timeout), ``weight_updates`` (the trainer's weights reach every acting copy: run.update_weights),
+    ``collector_acks`` (the collector waits for each weight acknowledgement itself, so a scheme need not)."""
+
     name: str
     capabilities: frozenset[str]
 
