@@ -15,6 +15,7 @@ from .errors import Interrupted, SpecError, TopoError
 
 LAZY_COMMANDS = {
     "launch": "topo.launch.command:launch",
+    "eval": "topo.launch.command:evaluate",
     "doctor": "topo.doctor:doctor",
     "bench": "topo.bench.command:bench",
     "import": "topo.importers.command:import_",
@@ -71,6 +72,7 @@ def main():
     topo plan SPEC --dry-run    the per-worker assignment and its coverage
     topo plan SPEC -o plan.json save the plan that launch will run
     topo launch SPEC|PLAN       run it: nested collectors, worker metadata, report
+    topo eval SPEC|PLAN         evaluate a policy (a checkpoint) on the plan's eval rows, per task
     topo doctor SPEC            can this host run it (GL, assets, devices, memory)?
     topo bench SPEC             startup of each way to build it, against the limit
     topo import vla-grpo CFG    a spec from torchrl's vla_grpo recipe config

@@ -111,6 +111,26 @@ class RunDir:
                 f.close()  # closing releases the lock
 
 
+EVAL_ROUND = "eval_round"  # the file in a run directory that holds the evaluation round now running
+
+
+def eval_round(run: RunDir) -> int:
+    """The evaluation round the trainer started last in ``run`` (0: none yet); read at each eval reset."""
+    try:
+        with open(os.path.join(run.path, EVAL_ROUND)) as f:
+            return int(f.read() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def start_eval_round(run: RunDir, number: int) -> None:
+    """Start round ``number``: every eval worker runs its episodes again from its next reset on."""
+    tmp = os.path.join(run.path, EVAL_ROUND + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(str(number))
+    os.replace(tmp, os.path.join(run.path, EVAL_ROUND))
+
+
 def restart_number() -> int:
     """0 in the processes a run started first; k in those of a subcollector's k-th restart (and its workers)."""
     return int(os.environ.get(RESTART_VAR) or 0)

@@ -1,13 +1,14 @@
 """The one env-worker factory. ``ParallelEnv`` calls ``make_env(**row["kwargs"])`` inside each worker."""
 from __future__ import annotations
 
+import functools
 import importlib
 import time
 import traceback
 from typing import Any
 
 from . import gl, heartbeat
-from .rundir import RunDir, record_close
+from .rundir import RunDir, eval_round, record_close
 
 
 def import_builder(path: str):
@@ -21,11 +22,13 @@ def import_builder(path: str):
 
 def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: int | None = None,
              render_numbering: str | None = None, render_fallback: bool = False,
-             worker: dict | None = None, backend: str | None = None):
+             worker: dict | None = None, backend: str | None = None, schedule: dict | None = None):
     """Build one env from a plan row's kwargs: ``builder(env, render_gpu=..., render_numbering=...,
     render_fallback=...)``, then ``set_seed(seed)``.
 
-    ``backend`` names the env family (informational); ``worker`` locates the row in the plan.
+    ``backend`` names the env family (informational); ``worker`` locates the row in the plan; an eval
+    row's ``schedule`` makes it a :class:`~topo.envs.scheduled.ScheduledEnv` running the row's episodes
+    with the builder's envs, in the rounds the trainer starts (:func:`topo.rundir.eval_round`).
 
     Under ``topo launch`` it also writes ``started``/``constructed``/``failed``/``closed`` markers, stamps
     each env step in the subcollector's beats file (:mod:`topo.heartbeat`) and waits for a start slot
@@ -35,14 +38,16 @@ def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: in
     gl.release()
     run = RunDir.current()
     render = {"render_gpu": render_gpu, "render_numbering": render_numbering, "render_fallback": render_fallback}
+    build = functools.partial(_build, builder, env, seed, render) if schedule is None else \
+        functools.partial(_scheduled, builder, schedule, seed, render, run)
     if run is None:
-        return _build(builder, env, seed, render)
+        return build()
     where = dict(worker or {})
     with run.start_slot():
         run.marker("started", worker=where, inherited_gl=inherited_gl)
         started = time.monotonic()
         try:
-            instance = _build(builder, env, seed, render)
+            instance = build()
         except BaseException:
             run.marker("failed", worker=where, traceback=traceback.format_exc())
             raise
@@ -51,6 +56,16 @@ def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: in
                model_cache=getattr(instance, "topo_model_cache", None))
     record_close(instance, run, where)
     heartbeat.watch(instance, run, where)
+    return instance
+
+
+def _scheduled(builder: str, schedule: dict, seed: int | None, render: dict, run: RunDir | None):
+    from .envs.scheduled import ScheduledEnv
+
+    instance = ScheduledEnv(schedule, lambda env: import_builder(builder)(dict(env), **render),
+                            (lambda: eval_round(run)) if run is not None else (lambda: 1))
+    if seed is not None:
+        instance.set_seed(seed)
     return instance
 
 

@@ -86,6 +86,10 @@ class TopoLiberoEnv(LiberoEnv):
                                "sampling rate other than the control rate?); set env.options.skip_unread_renders: false")
         return out
 
+    def topo_set_init_state(self, index: int) -> None:
+        """Start the next episodes from init state ``index`` (an eval episode's, :mod:`topo.envs.scheduled`)."""
+        self.init_state_mode, self.init_state_id = "fixed", int(index)
+
     _topo_chosen: tuple | None = None  # the init state chosen ahead of LiberoEnv's reset, for it to take
 
     @contextlib.contextmanager

@@ -58,13 +58,19 @@ def check_fresh(plan: Mapping[str, Any], spec_path: str | None) -> str | None:
     return path
 
 
-def shutdown_budget(plan: Mapping[str, Any]) -> float:
-    """Seconds the collector gets to close every env: the plan's, or sized to the largest subcollector."""
+def shutdown_budget(plan: Mapping[str, Any], *, evaluation: bool = True) -> float:
+    """Seconds the collector gets to close every env: the plan's, or sized to the largest subcollector; with
+    an eval section (and ``evaluation``), plus what the eval process's run takes to end, its stages included."""
     given = plan["launch"].get("shutdown_timeout")
-    if given is not None:
-        return float(given)
     largest = max(sub["num_workers"] for sub in plan["subcollectors"])
-    return SHUTDOWN_BASE_S + SHUTDOWN_PER_WORKER_S * largest
+    own = float(given) if given is not None else SHUTDOWN_BASE_S + SHUTDOWN_PER_WORKER_S * largest
+    section = plan.get("eval") if evaluation else None
+    if not section:
+        return own
+    from .teardown import STAGES_S
+
+    return own + shutdown_budget({"launch": plan["launch"], "subcollectors": section["subcollectors"]}) + \
+        sum(STAGES_S.values())
 
 
 def resolve(source: Any, variables: Mapping[str, str] | None = None, spec_path: str | None = None, *,

@@ -240,6 +240,16 @@ class Placement:
         self.updates.append(time.perf_counter() - started)
         return self.version
 
+    def current_weights(self) -> bytes | None:
+        """The trainer policy's weights now, serialised (what an eval round acts with); None without one."""
+        if self.trainer_policy is None:
+            return None
+        import io
+
+        buffer = io.BytesIO()
+        torch.save(TensorDict.from_module(self.trainer_policy).data.detach().clone().cpu(), buffer)
+        return buffer.getvalue()
+
     def _weights(self, policy_or_weights):
         source = self.trainer_policy if policy_or_weights is None else policy_or_weights
         if source is None:

@@ -35,6 +35,7 @@ class Outcome:
     policy: dict | None  # the policy placement's description
     torchrl: dict | None = None  # :meth:`topo.launch.boundary.Support.to_dict`
     extra: dict = field(default_factory=dict)  # what the caller adds to the launch section
+    evaluation: dict | None = None  # :meth:`topo.launch.eval_service.EvalService.describe`
 
 
 class Report:
@@ -158,6 +159,7 @@ def summary(run: Outcome) -> dict[str, Any]:
                   "mismatches": [{"subcollector": w.subcollector, "worker": w.index, "restart": w.restart,
                                   "planned": w.row["seed"], "applied": w.seed}
                                  for w in every if w.constructed and w.seed != w.row["seed"]]},
+        "evaluation": run.evaluation,
         "plan": plan,
     }
 
@@ -299,6 +301,7 @@ def human(s: dict) -> str:
         lines.append(f"  restart {r['restart']} of sub{r['subcollector']} at {_fmt(r['failed_s'])}: {who} {cause['kind']} "
                      f"({cause.get('how') or cause['message']}); {after}; pids {r['started']['subcollector']} "
                      f"{r['started']['workers']}, seeds {r['seeds']['applied']}")
+    lines += _evaluation(s.get("evaluation"))
     checks = Counter(entry["status"] for entry in s["first_batch"])
     lines.append("  first batch vs plan: " + ", ".join(f"{n} {status}" for status, n in sorted(checks.items()))
                  + (f"; seeds: {len(s['seeds']['mismatches'])} mismatch(es) of {s['seeds']['checked']}"))
@@ -309,6 +312,29 @@ def human(s: dict) -> str:
             lines.append(f"    sub{entry['subcollector']} [{entry['status']}] groups {groups}: "
                          + "; ".join(repr(text) for text in seen))
     return "\n".join(lines)
+
+
+def _evaluation(section: dict | None) -> list[str]:
+    """The eval process's lines: its rounds (the last one's figures) and its own run's proof."""
+    if not section:
+        return []
+    rounds, collector = section["rounds"], section.get("collector") or {}
+    if rounds:
+        last = rounds[-1]
+        head = (f"  evaluation: {len(rounds)} round(s), {section['skipped']} skipped; last: {last['successes']}/"
+                f"{last['episodes']} succeeded ({100 * (last['success_rate'] or 0):.1f}%) with policy version "
+                f"{last['policy_version']}")
+    else:
+        head = f"  evaluation: no round ended, {section['skipped']} skipped"
+    lines = [head]
+    if collector:
+        built = collector["constructions"]["by_role"]
+        lines.append(f"    eval workers: {collector['topology']['workers']}, env constructions "
+                     + ", ".join(f"{role} {built[role]}" for role in ROLES)
+                     + f", env closes {collector['env_closes']['closed']}/{collector['env_closes']['constructed']}, "
+                     f"left behind {len(collector['processes']['left_behind'])}, alive after "
+                     f"{len(collector['processes']['alive_after'])}" + ("" if collector["ok"] else ", FAILED"))
+    return lines
 
 
 def _acting(policy: dict, versions: list) -> str:

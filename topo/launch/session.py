@@ -30,6 +30,7 @@ from ..rundir import RunDir
 from . import boundary, failure as failures, observe, plans, teardown, trainer, watcher
 from .delivery import Delivery
 from .engines import engine_for
+from .eval_service import EvalService
 from .monitor import Monitor
 from .policy import Placement, PolicySetup
 from .progress import Progress
@@ -72,6 +73,7 @@ class Run:
         self.error: BaseException | None = None  # what ended the run, as the report states it
         self.delivery = Delivery()
         self.down = teardown.Record()
+        self.eval: EvalService | None = None  # the eval process, when the plan has an eval section
 
     @property
     def run_dir(self) -> str | None:
@@ -108,7 +110,36 @@ class Run:
         if self.state is None or self.state.phase is not Phase.COLLECTING:
             raise UsageError("weights can be updated only while the run collects (inside its with block)")
         with self.delivery.interruptible():
-            return self.placement.update(self.collector, policy_or_weights)
+            version = self.placement.update(self.collector, policy_or_weights)
+        every = (self.plan.get("eval") or {}).get("every")
+        if every and version % every == 0:
+            self.evaluate(wait=not self.plan["eval"].get("async"), step=version)
+        return version
+
+    def evaluate(self, *, wait: bool = True, step: int | None = None) -> dict[str, Any] | bool | None:
+        """Evaluate the trainer's current weights on the plan's eval rows (every planned episode once).
+
+        ``wait``: block and return the result (:mod:`topo.launch.eval_results`); else start it in the
+        background and return whether it was accepted (``eval.busy_policy``); results gather in
+        :attr:`evaluations`. ``step`` is the trainer's, recorded with the result.
+        """
+        if self.eval is None:
+            raise UsageError("this plan has no eval section: add one to the spec (docs/guides/evaluation.md)")
+        if self.state is None or self.state.phase is not Phase.COLLECTING:
+            raise UsageError("evaluation runs only while the run collects (inside its with block)")
+        weights = self.placement.current_weights() if self.placement else None
+        with self.delivery.interruptible():
+            accepted = self.eval.trigger(weights, version=self.policy_version, step=step)
+            return self.eval.wait() if wait else accepted
+
+    @property
+    def evaluations(self) -> list[dict[str, Any]]:
+        """The results of the evaluations that ended so far, oldest first."""
+        if self.eval is None:
+            return []
+        if self.state is not None and self.state.phase is Phase.COLLECTING:
+            self.eval.pending  # reads the results that arrived  # noqa: B018
+        return list(self.eval.results)
 
     def __enter__(self) -> Run:
         self.start()
@@ -158,6 +189,10 @@ class Run:
             if raised is exc:
                 raise
             raise raised from exc
+        if self.plan.get("eval"):
+            self.eval = EvalService(self.plan, self.state.run.path, policy_factory=self.setup.factory if self.setup else None,
+                                    startup_timeout=self.startup_timeout, process_logs=self.process_logs)
+            self.eval.start()  # it builds its eval collector while this one collects
         self.ready_at = time.time()
         self.state.phase = Phase.COLLECTING
 
@@ -197,7 +232,10 @@ class Run:
         return raised
 
     def _graceful(self, deadline: teardown.Deadline) -> None:
-        """The engine closes envs and subcollectors (or, never built, they are ended); then the policy server."""
+        """The eval process closes its run; the engine closes envs and subcollectors (or, never built, they are
+        ended); then the policy server."""
+        if self.eval is not None:
+            self.eval.close(deadline.left() - plans.shutdown_budget(self.plan, evaluation=False))
         if self.collector is not None:
             self.down.shutdown_at = time.time()
             self.down.exit_codes = self.engine.shutdown(self.collector, deadline.left())
@@ -213,7 +251,8 @@ class Run:
         self.report = Report.of(Outcome(
             self.state, self.error, self.command, self.engine.name, self.startup_timeout, self.shutdown_budget,
             self.max_concurrent_starts, self.ready_at, self.down, self.monitor.peak, self.monitor.seen,
-            self.placement.describe() if self.placement else None, self.torchrl.to_dict(self.features), self.extra))
+            self.placement.describe() if self.placement else None, self.torchrl.to_dict(self.features), self.extra,
+            self.eval.describe() if self.eval else None))
         self.report.file(self.state.run.path, self.report_dir)
 
 

@@ -1,0 +1,131 @@
+"""An evaluation worker's env: its plan row's episodes, in order, one per reset, then idle.
+
+Built in the env worker by :func:`topo.worker.make_env` from an eval row's ``schedule`` (see
+docs/reference/plan-format.md, ``eval``): the inner env is the backend's own, built for the task of the
+episode it runs (rebuilt in this worker when the next episode is of another task). Each episode resets
+with its seed (``set_seed``) and, where the backend has them, its init state. Evaluations are rounds: the
+trainer numbers them (``round_of``, read at every reset); once this worker has run its episodes of a
+round, each reset gives an *idle* episode (one step, ``eval_episode`` -1, nothing simulated) until the
+next round starts.
+
+Every step carries ``eval_round``, ``eval_episode`` and the episode's running ``eval_success``,
+``eval_length`` and ``eval_return``: the trainer reads an episode's result at its last step.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import torch
+from tensordict import TensorDictBase
+from torchrl.data import Unbounded
+from torchrl.envs import EnvBase
+
+FIELDS = {"eval_round": torch.int64, "eval_episode": torch.int64, "eval_success": torch.bool,
+          "eval_length": torch.int64, "eval_return": torch.float32}
+IDLE = -1
+
+
+class ScheduledEnv(EnvBase):
+    """Runs ``schedule["episodes"]`` (each ``{"episode", "task_id", "init_state_id", "seed", ...}``) in order.
+
+    ``build(env_kwargs)`` makes the inner env of a task from ``schedule["envs"][str(task_id)]``;
+    ``round_of()`` is the current evaluation round (0: none yet).
+    """
+
+    def __init__(self, schedule: Mapping[str, Any], build: Callable[[dict], EnvBase], round_of: Callable[[], int]):
+        self._episodes = list(schedule["episodes"])
+        self._envs = dict(schedule["envs"])
+        self._max_steps = schedule.get("max_episode_steps")
+        self._build, self._round_of = build, round_of
+        task = self._episodes[0]["task_id"]
+        inner = build(self._envs[str(task)])
+        super().__init__(batch_size=inner.batch_size, device=inner.device)
+        self.inner, self._task = inner, task
+        self.full_observation_spec = self.inner.full_observation_spec.clone()
+        for key, dtype in FIELDS.items():
+            self.full_observation_spec[key] = Unbounded(shape=(1,), dtype=dtype, device=self.device)
+        self.full_action_spec = self.inner.full_action_spec.clone()
+        self.full_reward_spec = self.inner.full_reward_spec.clone()
+        self.full_done_spec = self.inner.full_done_spec.clone()
+        self.round = 0
+        self._next = len(self._episodes)  # nothing to run before the first round
+        self._current: dict | None = None
+        self._last: TensorDictBase | None = None
+        self.rebuilds = 0  # inner envs built for a later task
+
+    # -- episodes --------------------------------------------------------------------------------
+    def _take(self) -> dict | None:
+        """The next episode of this round (a new round starts the list again), or None: idle."""
+        now = self._round_of()
+        if now != self.round:
+            self.round, self._next = now, 0
+        if self.round <= 0 or self._next >= len(self._episodes):
+            return None
+        episode = self._episodes[self._next]
+        self._next += 1
+        return episode
+
+    def _switch(self, task) -> None:
+        if task == self._task:
+            return
+        self.inner.close()
+        self.inner = self._build(self._envs[str(task)])
+        self._task = task
+        self.rebuilds += 1
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+        episode = self._take()
+        if episode is None and self._last is not None:
+            out = self._last.clone()
+            for key in self.full_done_spec.keys(True, True):
+                out.set(key, torch.zeros(self.full_done_spec[key].shape, dtype=torch.bool, device=self.device))
+        else:
+            if episode is not None:
+                self._switch(episode["task_id"])
+                if episode.get("init_state_id") is not None:
+                    self.inner.topo_set_init_state(episode["init_state_id"])
+                self.inner.set_seed(episode["seed"])
+            out = self.inner.reset()
+        self._current = episode
+        self._stats = [False, 0, 0.0]
+        self._last = out.exclude(*self.full_done_spec.keys(True, True))
+        return self._stamp(out)
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self._current is None:  # idle: one step, done, nothing simulated
+            out = self._last.clone()
+            for key in self.full_reward_spec.keys(True, True):
+                out.set(key, torch.zeros(self.full_reward_spec[key].shape, device=self.device))
+            for key in self.full_done_spec.keys(True, True):
+                out.set(key, torch.full(self.full_done_spec[key].shape, key != "terminated", device=self.device))
+            return self._stamp(out)
+        out = self.inner._step(tensordict)
+        success, length, total = self._stats
+        length += 1
+        total += float(out.get("reward").sum())
+        if "success" in out.keys():
+            success = success or bool(out.get("success").any())
+        if self._max_steps is not None and length >= self._max_steps and not bool(out.get("done").any()):
+            out.set("truncated", torch.ones_like(out.get("done")))
+            out.set("done", torch.ones_like(out.get("done")))
+        if bool(out.get("done").any()) and "success" not in out.keys():
+            success = bool(out.get("terminated", out.get("done")).any())
+        self._stats = [success, length, total]
+        self._last = out.exclude(*self.full_done_spec.keys(True, True), *self.full_reward_spec.keys(True, True))
+        return self._stamp(out)
+
+    def _stamp(self, out: TensorDictBase) -> TensorDictBase:
+        success, length, total = self._stats
+        values = {"eval_round": self.round, "eval_episode": IDLE if self._current is None else self._current["episode"],
+                  "eval_success": success, "eval_length": length, "eval_return": total}
+        for key, dtype in FIELDS.items():
+            out.set(key, torch.tensor([values[key]], dtype=dtype, device=self.device))
+        return out
+
+    def _set_seed(self, seed: int | None) -> None:
+        self.inner.set_seed(seed)
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        if not self.is_closed:
+            self.inner.close()
+        super().close(raise_if_closed=raise_if_closed)

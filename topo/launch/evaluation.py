@@ -1,0 +1,172 @@
+"""Evaluation: the plan's eval rows as a collector of their own, run in rounds, every episode accounted for.
+
+:func:`run_plan` turns a plan's ``eval`` section into a plan a :class:`~topo.launch.session.Run` runs, so
+an eval collector has every guarantee a training one has (no env outside env workers, the startup
+deadline, the failing worker named with its row, restarts from its rows, teardown). Each eval worker is a
+:class:`~topo.envs.scheduled.ScheduledEnv` running its row's episodes once per round.
+
+:class:`Evaluation` owns that run: :meth:`Evaluation.evaluate` pushes the weights, starts a round and
+reads batches until every planned episode has ended once (an episode a restarted worker runs again counts
+once), then summarises (:mod:`topo.launch.eval_results`). ``topo eval`` runs it in its own process;
+a training run runs it in an eval process (:mod:`topo.launch.eval_service`).
+
+torchrl's ``Evaluator`` counts trajectories over all envs and keeps its collector's iterator between
+evaluations, so it cannot promise that each (task, init state) runs exactly ``trials`` times with the
+weights of that evaluation: see docs/guides/evaluation.md.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import time
+from typing import Any, Callable
+
+import torch
+
+from ..diagnostics import ids_text
+from ..errors import LaunchError
+from ..rundir import start_eval_round
+from . import eval_results
+from .policy import PolicySetup, build
+
+#: steps each eval worker takes per collected batch: small, so a round ends close to its last episode
+STEPS_PER_BATCH = 8
+EXPLORATION = {"deterministic": "DETERMINISTIC", "random": "RANDOM", "mode": "MODE", "mean": "MEAN"}
+FINISHED = ("eval_episode", "eval_round", "eval_success", "eval_length", "eval_return")
+
+
+def run_plan(plan: dict[str, Any]) -> dict[str, Any]:
+    """The plan of ``plan``'s eval collector: its eval rows as subcollectors, sync batches, the policy's copies."""
+    section = plan["eval"]
+    out = {key: copy.deepcopy(value) for key, value in plan.items() if key not in ("eval", "subcollectors", "coverage")}
+    subs = []
+    for sub in section["subcollectors"]:
+        rows = [{**row, "instruction": None, "group": None, "seed": row["kwargs"]["seed"]} for row in sub["workers"]]
+        subs.append({**sub, "workers": rows})
+    workers = sum(len(sub["workers"]) for sub in subs)
+    out.update(name=f"{plan['name']} [eval]", subcollectors=subs, groups=None,
+               collector={"sync": True, "frames_per_batch": STEPS_PER_BATCH * workers, "total_frames": -1})
+    if out.get("policy"):
+        out["policy"] = {**out["policy"], "placement": "subcollector"}
+    return out
+
+
+class Evaluation:
+    """An eval collector and its rounds. ``with Evaluation(plan, ...) as ev: result = ev.evaluate(weights)``.
+
+    ``policy_factory`` replaces the plan's; ``out_dir`` receives each round's JSON (``eval/round-NNN.json``)
+    and ``eval/results.json``; other keywords go to the :class:`~topo.launch.session.Run`.
+    """
+
+    def __init__(self, plan: dict[str, Any], *, policy_factory: str | Callable | None = None,
+                 out_dir: str | None = None, **run_options: Any):
+        from torchrl.envs.utils import ExplorationType
+
+        from .session import Run
+
+        if not plan.get("eval"):
+            raise LaunchError("this plan has no eval section: add one to the spec (docs/guides/evaluation.md)")
+        self.section = plan["eval"]
+        self.plan = run_plan(plan)
+        setup = PolicySetup.resolve(self.plan.get("policy"), policy_factory)
+        if setup is None:
+            raise LaunchError("evaluation needs a policy: give the spec a policy section, or --policy MODULE:CALLABLE")
+        # the trainer-side copy that weights are loaded into and pushed from (a policy, never an env)
+        self.policy = build(setup.factory, setup.kwargs)
+        exploration = getattr(ExplorationType, EXPLORATION[self.section.get("exploration") or "deterministic"])
+        self.run = Run(self.plan, policy_factory=policy_factory, policy=self.policy, exploration_type=exploration,
+                       **run_options)
+        self.out_dir = out_dir
+        self.results: list[dict[str, Any]] = []
+        self._batches = None
+
+    def __enter__(self) -> Evaluation:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        return self.run.__exit__(exc_type, exc, tb)
+
+    def start(self) -> None:
+        self.run.start()
+        self._batches = iter(self.run.collector)
+
+    def close(self, exc: BaseException | None = None) -> BaseException | None:
+        return self.run.close(exc)
+
+    @property
+    def report(self):
+        return self.run.report
+
+    def evaluate(self, weights=None, *, version: int | None = None, step: int | None = None) -> dict[str, Any]:
+        """One round: every planned episode once, acting with ``weights`` (a TensorDict or a module; None: the
+        weights of the round before, or the factory's). ``version`` and ``step`` are the trainer's, recorded."""
+        number = len(self.results) + 1
+        if weights is not None:
+            self.policy_weights(weights)
+        acting = self.run.update_weights()
+        start_eval_round(self.run.state.run, number)
+        started = time.monotonic()
+        planned = {ep["episode"]: (sub["index"], row["index"], ep)
+                   for sub in self.section["subcollectors"] for row in sub["workers"] for ep in row["episodes"]}
+        ended: dict[int, dict[str, Any]] = {}
+        batches, bound = 0, _batch_bound(self.section)
+        while len(ended) < len(planned):
+            batch = next(self._batches)
+            batches += 1
+            for episode in finished(batch, number):
+                ended.setdefault(episode["episode"], episode)
+            if bound is not None and batches > bound and len(ended) < len(planned):
+                missing = sorted(set(planned) - set(ended))
+                rows = sorted({planned[e][:2] for e in missing})
+                raise LaunchError(f"evaluation round {number}: episodes {ids_text(missing)} never ended in "
+                                  f"{batches} batches (eval workers {rows}, as (subcollector, worker))")
+        result = eval_results.summarise(self.section, planned, ended, round_=number, step=step, version=version,
+                                        acting_version=acting, seconds=time.monotonic() - started)
+        self.results.append(result)
+        if self.out_dir:
+            eval_results.write(self.out_dir, result, self.results)
+        return result
+
+    def policy_weights(self, weights) -> None:
+        """Load ``weights`` (a TensorDict, a state dict, a module, or either saved by ``torch.save`` as bytes or
+        a file) into the copy the next round pushes."""
+        from tensordict import TensorDict, TensorDictBase
+
+        if isinstance(weights, (bytes, str)):
+            import io
+
+            weights = torch.load(io.BytesIO(weights) if isinstance(weights, bytes) else weights, weights_only=False)
+        if isinstance(weights, torch.nn.Module):
+            weights = TensorDict.from_module(weights).data
+        elif not isinstance(weights, TensorDictBase):
+            self.policy.load_state_dict(weights)
+            return
+        with torch.no_grad():
+            TensorDict.from_module(self.policy).data.update_(weights)
+
+
+def finished(batch, number: int) -> list[dict[str, Any]]:
+    """The eval episodes of round ``number`` that end in ``batch`` (its last step's figures)."""
+    nxt = batch.get("next")
+    done = nxt.get("done").reshape(-1)
+    fields = {key: nxt.get(key).reshape(-1) for key in FINISHED}
+    versions = batch.get("policy_version", None)
+    versions = versions.reshape(-1) if versions is not None else None
+    mask = done & (fields["eval_round"] == number) & (fields["eval_episode"] >= 0)
+    out = []
+    for i in mask.nonzero().reshape(-1).tolist():
+        out.append({"episode": int(fields["eval_episode"][i]), "success": bool(fields["eval_success"][i]),
+                    "length": int(fields["eval_length"][i]), "return": float(fields["eval_return"][i]),
+                    "acting_version": int(versions[i]) if versions is not None else None})
+    return out
+
+
+def _batch_bound(section: dict[str, Any]) -> int | None:
+    """Batches a round may take at most when every episode has a horizon (None: no horizon, no bound)."""
+    horizon = section.get("max_episode_steps")
+    if horizon is None:
+        return None
+    longest = max((len(row["episodes"]) for sub in section["subcollectors"] for row in sub["workers"]), default=0)
+    # each episode takes at most horizon steps and its reset; the round's start waits one idle step
+    return 2 + (longest * (horizon + 1)) // STEPS_PER_BATCH
