@@ -171,7 +171,9 @@ def test_the_eval_collector_plan_and_budgets():
     assert "eval" not in out and "coverage" not in out and out["name"] == "p [eval]"
     assert out["collector"] == {"sync": True, "frames_per_batch": 16, "total_frames": -1}
     assert [r["seed"] for r in out["subcollectors"][0]["workers"]] == [9, 12]
-    assert out["policy"]["placement"] == "subcollector"  # the eval copies act in the eval subcollectors
+    assert out["policy"]["placement"] == "subcollector"  # eval.policy copy (the default): a copy per eval subcollector
+    plan["eval"]["policy"] = "server"
+    assert run_plan(plan)["policy"]["placement"] == "server"
     assert _batch_bound(plan["eval"]) == 2 + 3 * 11 // 8
     # training 10 + 5 x 3, and the eval run's 10 + 5 x 2 with its teardown stages (18 s)
     assert shutdown_budget(plan, evaluation=False) == 25.0 and shutdown_budget(plan) == 25.0 + 20.0 + 18.0

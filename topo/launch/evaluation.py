@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 
 from ..diagnostics import ids_text
-from ..errors import LaunchError
+from ..errors import LaunchError, UsageError
 from ..rundir import start_eval_round
 from . import eval_results
 from .policy import PolicySetup, build
@@ -36,7 +36,8 @@ FINISHED = ("eval_episode", "eval_round", "eval_success", "eval_length", "eval_r
 
 
 def run_plan(plan: dict[str, Any]) -> dict[str, Any]:
-    """The plan of ``plan``'s eval collector: its eval rows as subcollectors, sync batches, the policy's copies."""
+    """The plan of ``plan``'s eval collector: its eval rows as subcollectors, sync batches, and the policy as
+    ``eval.policy`` places it: a copy in each eval subcollector, or one inference server of its own for them."""
     section = plan["eval"]
     out = {key: copy.deepcopy(value) for key, value in plan.items() if key not in ("eval", "subcollectors", "coverage")}
     subs = []
@@ -47,7 +48,7 @@ def run_plan(plan: dict[str, Any]) -> dict[str, Any]:
     out.update(name=f"{plan['name']} [eval]", subcollectors=subs, groups=None,
                collector={"sync": True, "frames_per_batch": STEPS_PER_BATCH * workers, "total_frames": -1})
     if out.get("policy"):
-        out["policy"] = {**out["policy"], "placement": "subcollector"}
+        out["policy"] = {**out["policy"], "placement": "server" if section.get("policy") == "server" else "subcollector"}
     return out
 
 
@@ -65,12 +66,12 @@ class Evaluation:
         from .session import Run
 
         if not plan.get("eval"):
-            raise LaunchError("this plan has no eval section: add one to the spec (docs/guides/evaluation.md)")
+            raise UsageError("this plan has no eval section: add one to the spec (docs/guides/evaluation.md)")
         self.section = plan["eval"]
         self.plan = run_plan(plan)
         setup = PolicySetup.resolve(self.plan.get("policy"), policy_factory)
         if setup is None:
-            raise LaunchError("evaluation needs a policy: give the spec a policy section, or --policy MODULE:CALLABLE")
+            raise UsageError("evaluation needs a policy: give the spec a policy section, or --policy MODULE:CALLABLE")
         # the trainer-side copy that weights are loaded into and pushed from (a policy, never an env)
         self.policy = build(setup.factory, setup.kwargs)
         exploration = getattr(ExplorationType, EXPLORATION[self.section.get("exploration") or "deterministic"])

@@ -1,0 +1,91 @@
+"""A training script with evaluation, for the eval tests: ``python eval_trainer.py SPEC --report DIR [--then ...]``.
+
+It trains topo's TinyVLA (one policy-gradient step per batch) and pushes its weights each iteration, so
+the spec's ``eval.every`` evaluates after every N-th update; then it asks for one blocking round, then
+two background ones at once (the second meets ``busy_policy``) and trains until they end. One JSON line
+per event on stdout. ``--then`` misbehaves the way a test needs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import time
+
+
+def emit(**fields) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def eval_worker_pid(run, index: int) -> int:
+    """The pid of eval worker ``index`` of eval subcollector 0 (from the eval run's markers)."""
+    from topo.rundir import RunDir
+
+    root = os.path.join(run.run_dir, "eval", "collector")
+    while True:
+        for name in os.listdir(root) if os.path.isdir(root) else []:
+            for m in RunDir(os.path.join(root, name)).read_all("markers"):
+                if m["name"] == "constructed" and m["worker"].get("index") == index:
+                    return m["pid"]
+        time.sleep(0.2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("spec")
+    parser.add_argument("--report", required=True)
+    parser.add_argument("--iterations", type=int, default=4)
+    parser.add_argument("--then", default="ok", choices=["ok", "kill-trainer-during-eval", "kill-eval-worker"])
+    args = parser.parse_args()
+
+    import torch
+
+    import topo
+
+    plan = topo.load(args.spec)
+    policy = plan.make_policy()
+    optim = torch.optim.SGD(policy.parameters(), lr=1e-3)
+    with topo.collector(plan, policy=policy, report_dir=args.report, progress=False) as run:
+        emit(event="ready", run_dir=run.run_dir)
+        batches = iter(run.collector)
+        for i in range(args.iterations):
+            batch = next(batches)
+            loss = -policy(batch.reshape(-1).select(*policy.in_keys).clone())["action"].mean()
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+            version = run.update_weights()  # eval.every evaluates here, blocking
+            emit(event="update", version=version, evaluations=len(run.evaluations))
+        if args.then == "kill-eval-worker":
+            pid_box = {}
+
+            def kill_soon():
+                pid_box["pid"] = eval_worker_pid(run, 1)
+                time.sleep(1.0)
+                os.kill(pid_box["pid"], signal.SIGKILL)
+
+            import threading
+
+            threading.Thread(target=kill_soon, daemon=True).start()
+            result = run.evaluate(step=100)
+            emit(event="evaluated", killed=pid_box.get("pid"), result=result)
+            return
+        result = run.evaluate(step=100)
+        emit(event="evaluated", result=result)
+        accepted = [run.evaluate(wait=False, step=200), run.evaluate(wait=False, step=201)]
+        if args.then == "kill-trainer-during-eval":
+            emit(event="killing", trainer=os.getpid())
+            os.kill(os.getpid(), signal.SIGKILL)
+        during = 0
+        while run.eval.pending:
+            next(batches)
+            during += 1
+        emit(event="async", accepted=accepted, batches_during=during, rounds=len(run.evaluations))
+    emit(event="report", summary=run.report.data, evaluations=[
+        {k: r[k] for k in ("round", "step", "policy_version", "acting_version", "episodes", "planned")}
+        for r in run.evaluations])
+
+
+if __name__ == "__main__":
+    main()
