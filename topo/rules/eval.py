@@ -70,8 +70,9 @@ def _tasks(spec: Spec, ctx: Context) -> list[Diagnostic]:
     if e.tasks is not None:
         dup = sorted(t for t, n in Counter(e.tasks).items() if n > 1)
         if dup:
-            out.append(error("eval-task-duplicate", f"eval task id(s) {ids_text(dup)} listed more than once: their "
-                             f"episodes would run {e.trials} x more than once per evaluation", path,
+            out.append(error("eval-task-duplicate", f"eval task id(s) {ids_text(dup)} listed more than once: each of "
+                             f"their (task, init state) pairs would run more than trials ({e.trials}) times per "
+                             "evaluation", path,
                              "list each task once; trials sets how often each (task, init state) runs"))
         if catalog is not None:
             unknown = sorted({t for t in e.tasks if t not in catalog})
@@ -171,15 +172,15 @@ def _arithmetic(spec: Spec, per_task: list) -> str:
     """How the episodes add up: ``2 tasks x 50 init states x 1 trial``, or ``50 + 25 init states x 2 trials``."""
     e = spec.eval
     tasks = [t for t, _ in per_task]
-    trials = f"{e.trials} trial{'s' if e.trials != 1 else ''}"
+    trials = f"{n_text(e.trials)} trial{'s' if e.trials != 1 else ''}"
     if tasks == [None]:
         return trials
     counts = sorted({n for _, n in per_task})
     if len(counts) == 1:
-        states = f" x {counts[0]} init state{'s' if counts[0] != 1 else ''}" if spec.eval.init_states is not None \
+        states = f" x {n_text(counts[0])} init state{'s' if counts[0] != 1 else ''}" if spec.eval.init_states is not None \
             or counts[0] > 1 else ""
-        return f"{len(tasks)} task{'s' if len(tasks) != 1 else ''}{states} x {trials}"
-    return f"{sum(n for _, n in per_task)} (task, init state) pairs over {len(tasks)} tasks x {trials}"
+        return f"{n_text(len(tasks))} task{'s' if len(tasks) != 1 else ''}{states} x {trials}"
+    return f"{n_text(sum(n for _, n in per_task))} (task, init state) pairs over {n_text(len(tasks))} tasks x {trials}"
 
 
 def _largest(spec: Spec) -> tuple:
@@ -196,8 +197,10 @@ def _held_out(spec: Spec, ctx: Context) -> list[Diagnostic]:
     trained = evaluation.training_task_ids(spec, catalog)
     if not tasks or not trained or not set(tasks) <= set(trained):
         return []
-    where = PATH + ("tasks",) if spec.wrote("eval", "tasks") else PATH
-    said = "eval.tasks" if spec.wrote("eval", "tasks") else "eval.tasks (left to its default, the training tasks)"
+    written = spec.wrote("eval", "tasks")
+    where = PATH + ("tasks",) if written else PATH
+    said = f"every eval task ({ids_text(sorted(set(tasks)))}) is a training task" if written else \
+        f"eval.tasks is left to its default, the training tasks ({ids_text(sorted(set(tasks)))})"
     spare = [t for t in catalog.ids if t not in set(trained)] if catalog is not None else []
     if spare:
         hint = (f"evaluate held-out tasks, which training never runs: e.g. eval.tasks: {_items(spare)} "
@@ -207,9 +210,8 @@ def _held_out(spec: Spec, ctx: Context) -> list[Diagnostic]:
                 "evaluate on them (held-out tasks)")
     else:
         hint = "evaluate held-out tasks: ids that assignment.tasks leaves out"
-    return [warning("eval-on-train-tasks", f"every task of {said} ({ids_text(sorted(set(tasks)))}) is a training "
-                    "task: the success rate says how the policy does on what it trains on, not on held-out tasks",
-                    where, hint)]
+    return [warning("eval-on-train-tasks", f"{said}: the success rate says how the policy does on what it trains "
+                    "on, not on held-out tasks", where, hint)]
 
 
 def _seeds(spec: Spec, total: int) -> list[Diagnostic]:
