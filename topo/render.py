@@ -133,12 +133,13 @@ def eval_table(plan: dict[str, Any], limit: int | None = None, width: int = 120)
     ev = plan["eval"]
     cov = ev["coverage"]
     when = f"every {ev['every']} training iteration(s)" if ev["every"] else "when the script calls run.evaluate()"
-    steps = f", at most {ev['max_episode_steps']} steps each" if ev["max_episode_steps"] else ""
+    steps = f"at most {ev['max_episode_steps']} steps" if ev["max_episode_steps"] else "the env's own horizon"
     lines = [
         f"eval: {cov['episodes']} episode(s) per evaluation ({_how_many(ev)}) over {cov['workers']} worker(s) in "
-        f"{len(ev['subcollectors'])} subcollector(s){steps}",
-        f"  {when}, {'in the background' if ev['async'] else 'blocking'} (busy: {ev['busy_policy']}), exploration "
-        f"{ev['exploration']}, policy {ev['policy']}, seeds {ev['seeds']['strategy']} from {ev['seeds']['base']}",
+        f"{len(ev['subcollectors'])} subcollector(s)",
+        f"  {when}, {'in the background' if ev['async'] else 'blocking'} (busy: {ev['busy_policy']})",
+        f"  episodes: {steps}, exploration {ev['exploration']}, policy {ev['policy']}, seeds "
+        f"{ev['seeds']['strategy']} from {ev['seeds']['base']}",
     ]
     columns = EVAL_COLUMNS if ev["seeds"]["strategy"] == "offset" else EVAL_COLUMNS[:-1]
     for sub in ev["subcollectors"]:

@@ -290,8 +290,9 @@ def test_dry_run_prints_the_eval_table_and_coverage(tmp_path):
     text = result.stdout
     tail = text[text.index("\neval: "):]
     assert tail == textwrap.dedent("""
-        eval: 10 episode(s) per evaluation (2 tasks x 5 trials) over 3 worker(s) in 2 subcollector(s), at most 20 steps each
-          every 10 training iteration(s), blocking (busy: skip), exploration deterministic, policy copy, seeds offset from 6
+        eval: 10 episode(s) per evaluation (2 tasks x 5 trials) over 3 worker(s) in 2 subcollector(s)
+          every 10 training iteration(s), blocking (busy: skip)
+          episodes: at most 20 steps, exploration deterministic, policy copy, seeds offset from 6
 
         eval subcollector 0: 2 workers, render gpu -
         w  g  episodes  first..last   seeds  tasks
@@ -310,6 +311,7 @@ def test_dry_run_prints_the_eval_table_and_coverage(tmp_path):
             (uneven: 10 episodes over 3 workers, 10 % 3 = 1 get one more; each (task, init state) still runs exactly 5 times)
         """)
     assert text.startswith("plan 'topology': 2 subcollector(s), 6 workers, backend toy")
+    assert all(len(line) <= 120 for line in text.splitlines())
 
 
 def test_dry_run_libero_marks_held_out_tasks_and_init_states():
