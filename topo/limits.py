@@ -37,6 +37,12 @@ MAX_TASK_IDS = 1_000_000
 """Task ids that the task ranges of a spec name in all (``0-7`` is 8). Workers cycle through the tasks,
 so more ids than the largest topology has workers (1,000,000) can never all be used."""
 
+MAX_EVAL_EPISODES = 100_000
+"""Episodes of one evaluation (eval tasks x init states x trials), counted before any is listed. LIBERO-90's
+90 tasks x 50 init states, 20 times each, is 90,000. A plan lists each episode twice (its row, and the
+schedule its env worker reads), about 500 bytes in all: 88,000 LIBERO-90 episodes made a 44 MB plan in 7 s
+and 370 MB (sequence seeds), well within MAX_PLAN_BYTES."""
+
 MAX_SUBCOLLECTOR_IDS = 4 * 4096
 """Subcollector ids that the ranges of ``placement.overrides`` name in all: four times the largest
 topology's 4,096 subcollectors."""

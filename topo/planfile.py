@@ -142,24 +142,36 @@ def check(plan: Any, *, file: str = "<plan>", allow_edited: bool = False,
 
 def _schema(plan: dict) -> list[Diagnostic]:
     """The schema's verdict on the plan without its rows, then on each row (jsonschema only where it fails)."""
-    subs = plan.get("subcollectors")
-    rows: list[tuple[tuple, Any]] = []
-    skeleton = plan
-    if isinstance(subs, list):
-        skeleton = {**plan, "subcollectors": [{**s, "workers": []} if isinstance(s, dict) and
-                                              isinstance(s.get("workers"), list) else s for s in subs]}
-        rows = [(("subcollectors", i, "workers", j), row) for i, s in enumerate(subs) if isinstance(s, dict)
-                and isinstance(s.get("workers"), list) for j, row in enumerate(s["workers"])]
+    skeleton, rows = _without_rows(plan, ())
+    evaluated = plan.get("eval")
+    eval_rows: list[tuple[tuple, Any]] = []
+    if isinstance(evaluated, dict):
+        bare, eval_rows = _without_rows(evaluated, ("eval",))
+        skeleton = {**skeleton, "eval": bare}
     found = [] if schema.quick(SCHEMA_FILE)(skeleton) else schema.violations(skeleton, SCHEMA_FILE)
-    quick_row = schema.quick(SCHEMA_FILE, "row")
-    bad = [(path, row) for path, row in rows if not quick_row(row)]
-    for path, row in bad[:MAX_REPORTED]:
-        found += [replace(d, path=path + d.path) for d in schema.violations(row, SCHEMA_FILE, "row")]
+    bad = []
+    for part, listed in (("row", rows), ("eval_row", eval_rows)):
+        quick_row = schema.quick(SCHEMA_FILE, part)
+        bad += [(path, row, part) for path, row in listed if not quick_row(row)]
+    for path, row, part in bad[:MAX_REPORTED]:
+        found += [replace(d, path=path + d.path) for d in schema.violations(row, SCHEMA_FILE, part)]
     if len(bad) > MAX_REPORTED:
         found.append(error("plan-schema-rows", f"... and {count(len(bad) - MAX_REPORTED)} more row(s) like these "
                            f"({count(len(bad))} in all)", bad[MAX_REPORTED][0]))
     return [replace(d, code="plan-" + d.code, hint=REWRITE_HINT) if d.code.startswith("schema-") else d
             for d in found]
+
+
+def _without_rows(section: dict, at: tuple) -> tuple[dict, list[tuple[tuple, Any]]]:
+    """``section`` with its subcollectors' rows taken out (checked one by one), and those rows with their paths."""
+    subs = section.get("subcollectors")
+    if not isinstance(subs, list):
+        return section, []
+    bare = {**section, "subcollectors": [{**s, "workers": []} if isinstance(s, dict) and
+                                         isinstance(s.get("workers"), list) else s for s in subs]}
+    rows = [(at + ("subcollectors", i, "workers", j), row) for i, s in enumerate(subs) if isinstance(s, dict)
+            and isinstance(s.get("workers"), list) for j, row in enumerate(s["workers"])]
+    return bare, rows
 
 
 def _rules(plan: dict) -> list[Diagnostic]:
@@ -203,17 +215,73 @@ def _rules(plan: dict) -> list[Diagnostic]:
     if plan["coverage"]["workers"] != g or plan["coverage"]["subcollectors"] != len(subs):
         bad(f"coverage counts {plan['coverage']['workers']} worker(s) in {plan['coverage']['subcollectors']} "
             f"subcollector(s), the rows {g} in {len(subs)}", "coverage")
+    if plan.get("eval") is not None:
+        _eval_rules(plan["eval"], env, bad)
     return found
 
 
+def _eval_rules(section: dict, env: dict, bad) -> None:
+    """The eval rows: in order, their episodes numbered 0..E-1 across them, each row's kwargs matching the row."""
+    g = episode = 0
+    per_worker = section["coverage"]["per_worker"]
+    for i, sub in enumerate(section["subcollectors"]):
+        if sub["index"] != i:
+            bad(f"eval subcollector {i} has index {sub['index']}", "eval", "subcollectors", i, "index")
+        if sub["num_workers"] != len(sub["workers"]):
+            bad(f"num_workers is {sub['num_workers']} but the eval subcollector lists {len(sub['workers'])} "
+                "worker(s)", "eval", "subcollectors", i, "num_workers")
+        for j, row in enumerate(sub["workers"]):
+            where = ("eval", "subcollectors", i, "workers", j)
+            expected = {"subcollector": i, "index": j, "global_index": g}
+            for key, value in expected.items():
+                if row[key] != value:
+                    bad(f"{key} is {row[key]}, expected {value} (eval rows are in order: subcollector, index, "
+                        "global index from 0)", *where, key)
+            numbers = [ep["episode"] for ep in row["episodes"]]
+            if numbers != list(range(episode, episode + len(numbers))):
+                bad(f"episodes {numbers[0]}..{numbers[-1]} of this row do not follow the previous row's (the next "
+                    f"is {episode}): episodes are numbered 0..E-1 across the eval rows", *where, "episodes")
+            episode += len(numbers)
+            tasks = list(dict.fromkeys(ep["task_id"] for ep in row["episodes"]))
+            if row["tasks"] != tasks:
+                bad(f"tasks {row['tasks']} are not its episodes' ({tasks})", *where, "tasks")
+            kwargs, schedule = row["kwargs"], row["kwargs"]["schedule"]
+            envs = schedule["envs"]
+            first = json.dumps(row["episodes"][0]["task_id"])
+            for key, value, said in (("worker", {**expected, "role": "eval"}, "row"),
+                                     ("seed", row["episodes"][0]["seed"], "row's first episode"),
+                                     ("render_gpu", row["render_gpu"], "row"),
+                                     ("backend", env["backend"], "plan"), ("builder", env["builder"], "plan"),
+                                     ("env", envs.get(first), f"schedule's env of task {first}")):
+                if kwargs[key] != value:
+                    bad(f"kwargs.{key} is {kwargs[key]!r} but the {said} says {value!r}", *where, "kwargs", key)
+            if schedule["episodes"] != row["episodes"]:
+                bad("kwargs.schedule.episodes are not the row's episodes", *where, "kwargs", "schedule", "episodes")
+            if set(envs) != {json.dumps(t) for t in tasks}:
+                bad(f"kwargs.schedule.envs has {sorted(envs)}, the row's tasks are {tasks}", *where, "kwargs",
+                    "schedule", "envs")
+            if g < len(per_worker) and (per_worker[g]["episodes"], per_worker[g]["tasks"]) != (len(numbers), tasks):
+                bad(f"coverage.per_worker[{g}] does not count eval row {g}", "eval", "coverage", "per_worker", g)
+            g += 1
+    cov = section["coverage"]
+    if (section["episodes"], cov["episodes"], cov["workers"], len(per_worker)) != (episode, episode, g, g):
+        bad(f"eval counts {section['episodes']} episode(s) (coverage: {cov['episodes']} over {cov['workers']} "
+            f"worker(s)), the rows {episode} over {g}", "eval", "episodes")
+
+
 def _depth(plan: dict) -> list[Diagnostic]:
-    """The free-form parts (env kwargs, runtime_env) nest at most as deep as a spec may."""
-    limit = MAX_PLAN_DEPTH - 7  # a row's kwargs.env sits 7 levels down
+    """The free-form parts (env kwargs, runtime_env) nest at most as deep as a spec may: a part ``n`` levels down
+    nests at most ``MAX_PLAN_DEPTH - n`` levels."""
     parts = [(("env", "kwargs"), plan["env"]["kwargs"]), (("placement", "runtime_env"), plan["placement"]["runtime_env"])]
     parts += [(("subcollectors", i, "workers", j, "kwargs", "env"), row["kwargs"]["env"])
               for i, sub in enumerate(plan["subcollectors"]) for j, row in enumerate(sub["workers"])]
+    for i, sub in enumerate((plan.get("eval") or {}).get("subcollectors", ())):
+        for j, row in enumerate(sub["workers"]):
+            where = ("eval", "subcollectors", i, "workers", j, "kwargs")
+            parts += [(where + ("env",), row["kwargs"]["env"])]
+            parts += [(where + ("schedule", "envs", key), env) for key, env in row["kwargs"]["schedule"]["envs"].items()]
     for path, value in parts:
-        depth = _nesting(value)
+        depth, limit = _nesting(value), MAX_PLAN_DEPTH - max(len(path) + 1, 7)  # a row's kwargs.env: 7 levels down
         if depth > limit:
             return [error("plan-too-deep", f"{format_path(path)} nests {depth} levels deep (limit {limit}, "
                           f"{MAX_PLAN_DEPTH} for the whole plan)", path, "a spec's env kwargs nest a few levels")]

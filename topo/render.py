@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable
 
-from .diagnostics import Diagnostic
+from .diagnostics import Diagnostic, ids_text
 from .plan import dumps, engine
 from .planfile import seal
 
@@ -19,7 +19,10 @@ def plan_text(plan: dict[str, Any], fmt: str = "table", limit: int | None = None
         import yaml
 
         return yaml.safe_dump(seal(plan), sort_keys=False, allow_unicode=True, width=1000)
-    return table(plan, limit, width) + "\n" + coverage_text(plan)
+    text = table(plan, limit, width) + "\n" + coverage_text(plan)
+    if plan.get("eval"):
+        text += "\n" + eval_table(plan, limit, width) + "\n" + eval_coverage_text(plan, width)
+    return text
 
 
 def _cell(row: dict, key: str) -> str:
@@ -120,6 +123,92 @@ def _runs(values: list[int]) -> str:
     if len(set(values)) == 1:
         return f"{values[0]} in each of {len(values)}"
     return ", ".join(map(str, values))
+
+
+EVAL_COLUMNS = ("w", "g", "episodes", "first..last", "seeds")  # seeds: first..last of an offset stream
+
+
+def eval_table(plan: dict[str, Any], limit: int | None = None, width: int = 120) -> str:
+    """The eval workers: one line each with its episodes (how many, which, their seeds) and tasks."""
+    ev = plan["eval"]
+    cov = ev["coverage"]
+    when = f"every {ev['every']} training iteration(s)" if ev["every"] else "when the script calls run.evaluate()"
+    steps = f"at most {ev['max_episode_steps']} steps" if ev["max_episode_steps"] else "the env's own horizon"
+    lines = [
+        f"eval: {cov['episodes']} episode(s) per evaluation ({_how_many(ev)}) over {cov['workers']} worker(s) in "
+        f"{len(ev['subcollectors'])} subcollector(s)",
+        f"  {when}, {'in the background' if ev['async'] else 'blocking'} (busy: {ev['busy_policy']})",
+        f"  episodes: {steps}, exploration {ev['exploration']}, policy {ev['policy']}, seeds "
+        f"{ev['seeds']['strategy']} from {ev['seeds']['base']}",
+    ]
+    columns = EVAL_COLUMNS if ev["seeds"]["strategy"] == "offset" else EVAL_COLUMNS[:-1]
+    for sub in ev["subcollectors"]:
+        workers = sub["workers"]
+        shown = workers if limit is None else workers[:limit]
+        cells = [[str(r["index"]), str(r["global_index"]), str(len(r["episodes"])),
+                  f"{r['episodes'][0]['episode']}..{r['episodes'][-1]['episode']}",
+                  f"{r['episodes'][0]['seed']}..{r['episodes'][-1]['seed']}"][:len(columns)]
+                 + ["-" if r["tasks"] == [None] else ids_text(r["tasks"])] for r in shown]
+        widths = [max([len(title)] + [len(c[i]) for c in cells]) for i, title in enumerate(columns)]
+        room = max(width - sum(widths) - 2 * len(widths), 16)
+        gpu = "-" if sub["render_gpu"] is None else f"{sub['render_gpu']} ({workers[0]['render_numbering']})"
+        lines.append("")
+        lines.append(f"eval subcollector {sub['index']}: {sub['num_workers']} workers, render gpu {gpu}")
+        lines.append("  ".join([title.rjust(widths[i]) for i, title in enumerate(columns)] + ["tasks"]).rstrip())
+        for c in cells:
+            text = c[-1] if len(c[-1]) <= room else c[-1][: room - 3] + "..."
+            lines.append("  ".join([c[i].rjust(widths[i]) for i in range(len(widths))] + [text]).rstrip())
+        if len(shown) < len(workers):
+            lines.append(f"  ... {len(workers) - len(shown)} more worker(s)")
+    return "\n".join(lines) + "\n"
+
+
+def _how_many(ev: dict[str, Any]) -> str:
+    """``2 tasks x 50 init states x 1 trial``, or ``75 (task, init state) pairs x 2 trials``."""
+    trials = f"{ev['trials']} trial{'s' if ev['trials'] != 1 else ''}"
+    tasks = ev["coverage"]["tasks"]
+    counts = {t["init_states"] for t in tasks}
+    if counts == {None}:
+        return trials if tasks[0]["task_id"] is None else f"{len(tasks)} task{'s' if len(tasks) != 1 else ''} x {trials}"
+    if len(counts) == 1:
+        (n,) = counts
+        return f"{len(tasks)} task{'s' if len(tasks) != 1 else ''} x {n} init state{'s' if n != 1 else ''} x {trials}"
+    return f"{sum(t['init_states'] or 1 for t in tasks)} (task, init state) pairs over {len(tasks)} tasks x {trials}"
+
+
+def eval_coverage_text(plan: dict[str, Any], width: int = 120) -> str:
+    """Episodes per task (held-out marked) and per worker, uneven splits said plainly."""
+    ev = plan["eval"]
+    cov = ev["coverage"]
+    lines = ["eval coverage:"]
+    tasks = cov["tasks"]
+    counts = sorted({t["episodes"] for t in tasks})
+    held = sum(t["held_out"] for t in tasks)
+    if tasks[0]["task_id"] is not None:
+        lines.append(f"  tasks: {len(tasks)} ({held} held out), episodes per task {'/'.join(map(str, counts))}"
+                     + (" (even)" if len(counts) == 1 else " (uneven: tasks have different init state counts)"))
+    for t in tasks:
+        states = "" if t["init_states"] is None else \
+            f"{t['init_states']} init state{'s' if t['init_states'] != 1 else ''} x "
+        head = (f"    {'-' if t['task_id'] is None else t['task_id']}: {t['episodes']} episode(s) ({states}"
+                f"{ev['trials']} trial{'s' if ev['trials'] != 1 else ''})" + (", held out" if t["held_out"] else ""))
+        text = f"{head}: {t['instruction']}" if t["instruction"] is not None else head
+        lines.append(text if len(text) <= width else text[: width - 3] + "...")
+    per = [w["episodes"] for w in cov["per_worker"]]
+    n, total = len(per), cov["episodes"]
+    if len(set(per)) == 1:
+        lines.append(f"  episodes per worker: {per[0]} in each of {n}")
+    else:
+        more = sum(1 for p in per if p == per[0])
+        lines.append(f"  episodes per worker: {per[0]} for {_workers(0, more - 1)}, {per[-1]} for "
+                     f"{_workers(more, n - 1)}")
+        lines.append(f"    (uneven: {total} episodes over {n} workers, {total} % {n} = {more} get one more; each "
+                     f"(task, init state) still runs exactly {ev['trials']} time{'s' if ev['trials'] != 1 else ''})")
+    return "\n".join(lines) + "\n"
+
+
+def _workers(lo: int, hi: int) -> str:
+    return f"worker {lo}" if lo == hi else f"workers {lo}-{hi}"
 
 
 def diagnostics_text(diagnostics: Iterable[Diagnostic]) -> str:

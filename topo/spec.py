@@ -86,6 +86,34 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class Eval:
+    """The ``eval`` section: what one evaluation runs (each (task, init state) ``trials`` times) and on what."""
+
+    tasks: tuple[int, ...] | None = None  # None: 'all' (tasks_all) or not written (the training tasks)
+    tasks_all: bool = False
+    task_items: tuple[int | str, ...] = ()  # eval.tasks as written, one entry per item
+    tasks_listed: bool = False
+    init_states: tuple[int, ...] | None = None  # None: 'all' (every init state of each task's catalog entry)
+    init_state_items: tuple[int | str, ...] = ()
+    init_states_listed: bool = False
+    trials: int = 1
+    workers: tuple[int, ...] | None = None  # workers per eval subcollector; None: the default (one per eval task)
+    subcollectors: int | None = None  # as written in workers: {subcollectors: n, ...}; None: one
+    workers_listed: bool = False  # workers_per_subcollector is written as a list
+    render_gpus: tuple[int, ...] | None = None
+    render_numbering: str = "cuda"
+    render_fallback: bool = False
+    seed_base: int | None = None  # None: the default stream (topo.evaluation.seed_stream)
+    seed_strategy: str | None = None  # None: the training's (offset when training lists its seeds)
+    max_episode_steps: int | None = None
+    every: int | None = None
+    run_async: bool = False  # eval.async
+    busy_policy: str = "skip"
+    exploration: str = "deterministic"
+    policy: str = "copy"
+
+
+@dataclass(frozen=True)
 class Spec:
     name: str
     backend: str
@@ -125,6 +153,7 @@ class Spec:
     use_buffers: bool
     policy: Policy | None = None
     placement: Placement = Placement()
+    eval: Eval | None = None  # None: no eval section
     written: frozenset[tuple[str, ...]] = frozenset()  # key paths the spec gives a value, down to the third level
 
     def wrote(self, *path: str) -> bool:
@@ -228,6 +257,7 @@ def from_data(data: Mapping[str, Any]) -> Spec:
         policy=Policy(policy["factory"], dict(policy.get("kwargs") or {}), policy.get("placement", "subcollector"),
                       policy.get("device"), policy.get("weight_sync", "shared_mem")) if policy else None,
         placement=_placement(data.get("placement") or {}),
+        eval=_eval(data["eval"]) if isinstance(data.get("eval"), dict) else None,
         written=frozenset(_written(data, ())),
     )
 
@@ -243,6 +273,49 @@ def _placement(data: Mapping[str, Any]) -> Placement:
         nodes=tuple(Node(n["name"], n.get("count", 1), n.get("cpus"), n.get("gpus"), n.get("memory_gb"),
                          n.get("custom") or {}) for n in data.get("nodes") or []),
     )
+
+
+def _eval(data: Mapping[str, Any]) -> Eval:
+    tasks = data.get("tasks")
+    states = data.get("init_states")
+    workers = data.get("workers")
+    subcollectors = None
+    per_sub: Any = workers
+    if isinstance(workers, dict):
+        subcollectors = workers["subcollectors"]
+        per_sub = workers["workers_per_subcollector"]
+    listed = isinstance(per_sub, list)
+    devices = data.get("render_devices") or {}
+    gpus = data.get("render_gpus") or devices.get("ids")
+    seeds = data.get("seeds") or {}
+    return Eval(
+        tasks=parse_items(tasks) if tasks is not None and tasks != "all" else None,
+        tasks_all=tasks == "all",
+        task_items=_items(tasks),
+        tasks_listed=isinstance(tasks, list),
+        init_states=parse_items(states) if states is not None and states != "all" else None,
+        init_state_items=_items(states),
+        init_states_listed=isinstance(states, list),
+        trials=data.get("trials", 1),
+        workers=None if per_sub is None else tuple(per_sub) if listed else (per_sub,) * (subcollectors or 1),
+        subcollectors=subcollectors,
+        workers_listed=listed,
+        render_gpus=tuple(gpus) if gpus else None,
+        render_numbering=devices.get("numbering", "cuda"),
+        render_fallback=devices.get("device_zero_fallback", False),
+        seed_base=seeds.get("base"),
+        seed_strategy=seeds.get("strategy"),
+        max_episode_steps=data.get("max_episode_steps"),
+        every=data.get("every"),
+        run_async=data.get("async", False),
+        busy_policy=data.get("busy_policy", "skip"),
+        exploration=data.get("exploration", "deterministic"),
+        policy=data.get("policy", "copy"),
+    )
+
+
+def _items(raw: Any) -> tuple:
+    return () if raw is None else tuple(raw) if isinstance(raw, list) else (raw,)
 
 
 def _request(data: Mapping[str, Any] | None) -> Request:

@@ -123,14 +123,20 @@ def test_there_are_examples():
     assert {"libero_spatial_5x64.yaml", "libero_spatial_4x80.yaml", "toy_2x3.yaml", "libero_template.yaml.j2"} <= names
 
 
+# the warnings an example is there to show, exactly: the recipe as imported evaluates its training tasks with a
+# policy the spec cannot name (docs/guides/recipe.md); every other example validates with --strict
+WARNS = {"libero_spatial_4x80.yaml": ["eval-without-policy", "eval-on-train-tasks"]}
+
+
 @pytest.mark.parametrize("path", _examples(), ids=lambda p: p.name)
 def test_every_example_validates(path):
     args = _set_args(path) if path.name.endswith(".j2") else []
     if path.name.endswith(".j2"):
         assert args, f"{path.name}: a template's first line must give its --set values"
-    result = run("validate", path, "--strict", *args)
+    result = run("validate", path, *([] if path.name in WARNS else ["--strict"]), *args)
     assert result.exit_code == 0, result.output
     assert f"{path}: valid" in result.output
+    assert re.findall(r" warning ([a-z-]+) ", result.output) == WARNS.get(path.name, [])
     plan = run("plan", path, "--format", "json", *args)
     assert plan.exit_code == 0, plan.output
     assert json.loads(plan.stdout)["coverage"]["groups"]["incomplete"] == []

@@ -8,6 +8,7 @@ Expectations come from the recipe's own formulas written out here on the config'
 from __future__ import annotations
 
 import copy
+from collections import Counter
 
 import pytest
 import yaml
@@ -139,6 +140,10 @@ def write_config(tmp_path, text: str = COMMITTED, name: str = "vla_grpo_libero.y
     return path
 
 
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
 def run_import(config, *args):
     result = CliRunner().invoke(main, ["import", "vla-grpo", str(config), *map(str, args)])
     return result
@@ -251,9 +256,110 @@ def test_every_key_is_written_defaulted_or_named(tmp_path):
         for key in body:
             dotted = f"{section}.{key}"
             assert dotted in written or dotted in closing, dotted
-    assert "spec written to stdout: 17 value(s)" in result.stderr and "3 equal to topo's defaults" in result.stderr
+    assert "spec written to stdout: 21 value(s)" in result.stderr and "5 equal to topo's defaults" in result.stderr
     assert "not expressed: 20 policy keys: the policy" in result.stderr
-    assert "not expressed: env.eval_num_envs, env.eval_render_gpu_ids: the evaluation envs" in result.stderr
+    assert "not expressed: logger.eval_backend: where the recipe's Evaluator runs" in result.stderr
+    assert "eval_num_envs" not in result.stderr and "eval_render_gpu_ids" not in result.stderr  # both written
+
+
+# --- the recipe's evaluation: an eval section, with the seed overlap fixed and the training tasks warned about ---
+
+def recipe_eval_rows(cfg: dict) -> list[dict]:
+    """What the recipe's evaluator runs, from its config keys and formulas (utils.py: make_evaluator,
+    _make_eval_env, _libero_worker_assignment(eval_mode=True), _worker_render_gpu_device_id(eval_mode=True)):
+    eval_num_envs workers, worker w on task_ids[w % T] with init states cycled from 0 (LiberoEnv cycle mode),
+    rendering on ids[w % len] (eval_render_gpu_ids, or render_gpu_ids when null); eval_episodes episodes in all."""
+    env, log = cfg["env"], cfg["logger"]
+    ids = env["eval_render_gpu_ids"] or env["render_gpu_ids"]
+    n, tasks = env["eval_num_envs"], env["task_ids"]
+    per_worker = log["eval_episodes"] // n  # the committed config: 50 over 10 workers
+    return [{"task": tasks[w % len(tasks)], "init_states": list(range(per_worker)),
+             "render_gpu": ids[w % len(ids)] if ids else None} for w in range(n)]
+
+
+def eval_rows(plan: dict) -> list[dict]:
+    return [row for sub in plan["eval"]["subcollectors"] for row in sub["workers"]]
+
+
+def test_the_recipes_evaluation_becomes_the_eval_section(tmp_path):
+    cfg, plan = imported_plan(tmp_path)
+    ev = plan["eval"]
+    want = recipe_eval_rows(cfg)
+    got = [{"task": row["tasks"][0], "init_states": [e["init_state_id"] for e in row["episodes"]],
+            "render_gpu": row["render_gpu"]} for row in eval_rows(plan)]
+    assert got == want and all(len(row["tasks"]) == 1 for row in eval_rows(plan))
+    assert (ev["tasks"], ev["held_out"], ev["init_states"], ev["trials"], ev["episodes"]) == (
+        list(range(10)), [], [0, 1, 2, 3, 4], 1, cfg["logger"]["eval_episodes"])
+    assert (ev["every"], ev["async"], ev["busy_policy"], ev["exploration"]) == (4, False, "skip", "deterministic")
+    # the recipe's eval ParallelEnv is seeded env.seed + 1: training worker 1's seed. topo starts after training's
+    training = {row["seed"] for row in rows(plan)}
+    seeds = [e["seed"] for row in eval_rows(plan) for e in row["episodes"]]
+    assert cfg["env"]["seed"] + 1 in training and not training & set(seeds)
+    assert ev["seeds"] == {"strategy": "offset", "base": 320} and seeds == list(range(320, 370))
+    row = eval_rows(plan)[0]
+    assert (row["render_numbering"], row["kwargs"]["render_fallback"]) == ("egl", True)
+    assert row["kwargs"]["env"]["max_episode_steps"] == cfg["env"]["max_env_steps"]  # the training's horizon
+
+
+def test_eval_render_ids_null_reuse_the_training_ids_per_worker(tmp_path):
+    """env.eval_render_gpu_ids null: worker w renders on render_gpu_ids[w % 4]; topo gives each id an eval
+    subcollector with as many workers as the recipe puts on it."""
+    cfg, plan = imported_plan(tmp_path, "env.eval_render_gpu_ids=null")
+    want = Counter(r["render_gpu"] for r in recipe_eval_rows(cfg))
+    assert Counter(row["render_gpu"] for row in eval_rows(plan)) == want == {2: 3, 3: 3, 4: 2, 5: 2}
+    assert [(s["num_workers"], s["render_gpu"]) for s in plan["eval"]["subcollectors"]] == [(3, 2), (3, 3), (2, 4),
+                                                                                           (2, 5)]
+    assert sorted(row["tasks"][0] for row in eval_rows(plan)) == list(range(10))  # still every task, once each
+
+
+def test_eval_episodes_that_do_not_split_over_the_tasks_round_up(tmp_path):
+    config = write_config(tmp_path)
+    result = run_import(config, "--set", "logger.eval_episodes=55", "--set", "logger.eval_async=true",
+                        "--set", "logger.eval_busy_policy=queue", "--set", "logger.eval_iter=null")
+    assert result.exit_code == 0, result.output
+    assert "init_states: 0-5" in result.stdout and "rounded up: 60 episodes, every task alike" in result.stdout
+    assert "async: true" in result.stdout and "busy_policy: queue" in result.stdout
+    assert "every:" not in result.stdout and "logger.eval_iter: null (no periodic evaluation" in result.stdout
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(result.stdout)
+    ev = topo.compile_spec(spec)["eval"]
+    assert (ev["episodes"], ev["every"], ev["async"], ev["busy_policy"]) == (60, None, True, "queue")
+
+
+def test_where_the_import_differs_is_said_and_validate_warns(tmp_path):
+    config = write_config(tmp_path)
+    out = tmp_path / "spec.yaml"
+    result = run_import(config, "-o", out)
+    assert "differs from the recipe: eval.seeds.base: 320, after the 320 training seeds 0-319: the recipe seeds " \
+           "its evaluation with env.seed + 1 = 1, the seed of training worker 1" in result.stderr
+    assert "differs from the recipe: eval.tasks: the recipe evaluates on its training tasks" in result.stderr
+    assert "# Where this spec differs from the recipe, on purpose:" in out.read_text()
+    checked = run("validate", out)
+    assert checked.exit_code == 0
+    assert "warning eval-on-train-tasks at eval.tasks" in checked.output
+    assert "leave some out of assignment.tasks and evaluate on them (held-out tasks)" in checked.output
+    # the recipe's own seed, written back by hand, is refused with the fix
+    out.write_text(out.read_text().replace("base: 320 ", "base: 1   "))
+    refused = run("validate", out)
+    assert refused.exit_code == 2 and "error eval-seed-overlaps-train at eval.seeds.base" in refused.output
+    assert "hint: eval.seeds.base: 320 (training base 0 + 320 workers: after the training seeds)" in refused.output
+
+
+def test_a_config_without_the_eval_keys_still_imports(tmp_path):
+    text = "\n".join(line for line in COMMITTED.splitlines() if "eval_" not in line) + "\n"
+    result = run_import(write_config(tmp_path, text))
+    assert result.exit_code == 0, result.output
+    assert "eval:\n  tasks: 0-9" in result.stdout and "workers:" not in result.stdout.split("eval:")[1]
+
+
+def test_bad_eval_keys_exit_2_located(tmp_path):
+    text = COMMITTED.replace("eval_busy_policy: skip", "eval_busy_policy: later")
+    config = write_config(tmp_path, text)
+    result = run_import(config)
+    line = COMMITTED.splitlines().index("  eval_busy_policy: skip") + 1
+    assert result.exit_code == 2
+    assert f"{config}:{line}:3: error import-type at logger.eval_busy_policy: logger.eval_busy_policy must be skip or " \
+           "queue or error, got 'later'" in result.stderr
 
 
 # --- unknown keys, settings a spec cannot carry, bad input -------------------------------------------------

@@ -75,6 +75,16 @@ FILLED = {
     "placement.engine": lambda s: s.placement.engine,
     "placement.address": lambda s: s.placement.address,
     "placement.runtime_env": lambda s: s.placement.runtime_env,
+    "eval.init_states": lambda s: "all" if s.eval.init_states is None else s.eval.init_states,
+    "eval.trials": lambda s: s.eval.trials,
+    "eval.render_devices.numbering": lambda s: s.eval.render_numbering,
+    "eval.render_devices.device_zero_fallback": lambda s: s.eval.render_fallback,
+    "eval.max_episode_steps": lambda s: s.eval.max_episode_steps,
+    "eval.every": lambda s: s.eval.every,
+    "eval.async": lambda s: s.eval.run_async,
+    "eval.busy_policy": lambda s: s.eval.busy_policy,
+    "eval.exploration": lambda s: s.eval.exploration,
+    "eval.policy": lambda s: s.eval.policy,
 }
 
 
@@ -91,7 +101,7 @@ def test_schema_defaults_are_topos():
 
     data = {**MINIMAL, "assignment": {"groups": {}, "init_states": {}, "seeds": {},
                                       "render_devices": {"ids": [0]}},
-            "launch": {"restarts": {"max": 1}}}
+            "launch": {"restarts": {"max": 1}}, "eval": {"render_devices": {"ids": [0]}}}
     spec = from_data(data)
     declared = dict(_defaults(topo_docs.load_schema()))
     for key, filled in FILLED.items():

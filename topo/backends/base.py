@@ -74,6 +74,11 @@ class Backend:
     render_numberings: tuple[str, ...] = ("cuda",)
     #: rough resident memory of one worker, for placement and doctor estimates (None: unknown)
     memory_per_worker_gb: float | None = None
+    #: whether its catalog counts init states per task (eval.init_states chooses among them)
+    has_init_states: bool = False
+    #: the constructor kwarg that bounds an episode's steps (eval.max_episode_steps is written there); None:
+    #: the env has none, and the eval worker truncates episodes itself (the plan's schedule says where)
+    horizon_key: str | None = None
     #: options of the builder itself (``env.options``; never constructor kwargs): name -> (default, check, what)
     options: Mapping[str, tuple[Any, Callable[[Any], bool], str]] = {}
     #: shared kwargs topo sets per worker from the assignment: refused in ``env.kwargs`` (:meth:`check_kwargs`)

@@ -175,6 +175,8 @@ class LiberoBackend(Backend):
     renders = True
     render_numberings = ("cuda", "egl")
     catalog_keys = frozenset({"task_suite"})
+    has_init_states = True
+    horizon_key = "max_episode_steps"
     memory_per_worker_gb = 2.0  # measured: 1.7 GB resident after reset (64-256 px), ~1.9 GB peak with hard resets
     schema_keys = frozenset({"camera", "camera_height", "camera_width", "wrist_camera", "from_pixels",
                              "proprio_keys", "env_kwargs", "device"})

@@ -28,8 +28,9 @@ def import_():
 def vla_grpo(config, overrides, out, strict):
     """A spec from torchrl's vla_grpo recipe config (sota-implementations/vla_grpo/config/vla_grpo_libero.yaml).
 
-    Its plan is the recipe's assignment, worker for worker. What a spec does not express (policy, inference
-    server, replay, evaluation) is named on stderr and at the end of the spec; unknown keys are warned about.
+    Its plan is the recipe's assignment, worker for worker, and its evaluation as an eval section. Where the spec
+    differs from the recipe on purpose (the eval seeds), and what a spec does not express (policy, inference
+    server, replay, logging), is said on stderr and at the end of the spec; unknown keys are warned about.
     """
     from ..errors import SpecError
     from ..render import diagnostics_text
@@ -41,6 +42,8 @@ def vla_grpo(config, overrides, out, strict):
         raise SpecError(imported.warnings)
     if imported.warnings:
         click.echo(diagnostics_text(imported.warnings), nl=False, err=True)
+    for line in imported.differs:
+        click.echo(f"differs from the recipe: {line}", err=True)
     for line in imported.left_out_lines():
         click.echo(f"not expressed: {line}", err=True)
     if out:

@@ -4,7 +4,12 @@ worker for worker (docs/reference/spec.md, "The assignment").
 
 Every key of the config is accounted for: written into the spec with a comment naming it, read and found
 equal to topo's default, or named as something a topo spec does not express (the training loop's: policy,
-inference server, replay, evaluation). Keys this importer does not know are reported, never guessed at.
+inference server, replay). Keys this importer does not know are reported, never guessed at.
+
+The recipe's evaluation (``env.eval_*``, ``logger.eval_*``) becomes the spec's ``eval`` section, with two
+deliberate differences, said in the spec and on stderr: its eval seed ``env.seed + 1`` is training worker
+1's, so the eval seeds start after the training ones instead; and it evaluates its training tasks, which
+topo keeps but warns about (``eval-on-train-tasks``: held-out tasks are the alternative).
 """
 from __future__ import annotations
 
@@ -22,8 +27,6 @@ INIT_STATE_MODES = ("random", "cycle", "fixed")
 #: env and collector keys the recipe reads that a spec does not express, with why
 LEFT_OUT = {
     ("env", "num_envs"): "the recipe's standalone make_env path (training runs num_collectors x envs_per_collector)",
-    ("env", "eval_num_envs"): "the evaluation envs (a spec plans the rollout envs)",
-    ("env", "eval_render_gpu_ids"): "the evaluation envs (a spec plans the rollout envs)",
     ("env", "chunk_size"): "the chunk-decision transform the recipe puts over each env",
     ("env", "max_outer_steps"): "the chunk-decision transform the recipe puts over each env",
     **{("env", key): "ToyVLAEnv's (env.backend toy), unused with libero"
@@ -37,12 +40,16 @@ LEFT_OUT = {
        for key in ("num_threads", "env_sub_threads", "storing_device")},
     ("collector", "use_buffers"): "the outer Collector's buffers (topo's launch.use_buffers is the ParallelEnv's, "
                                   "false with worker metadata, as in the recipe)",
+    ("logger", "eval_backend"): "where the recipe's Evaluator runs (topo evaluates in its own eval subcollectors)",
+    ("logger", "eval_timeout_s"): "how long the recipe waits for an evaluation's result",
+    ("logger", "eval_device"): "the device of the recipe's eval policy (topo: policy.device)",
 }
+BUSY_POLICIES = ("skip", "queue", "error")
 #: whole sections a spec does not express (the keys topo maps from policy and logger are taken out first)
 SECTIONS = {
     "tokenizer": "the action tokenizer", "policy": "the policy", "advantage": "the GRPO advantage and selection",
     "buffer": "the replay buffer", "loss": "the loss", "optim": "the optimizer", "train": "the weight sync",
-    "logger": "logging and evaluation", "checkpoint": "checkpoints", "hydra": "Hydra's own settings",
+    "logger": "logging", "checkpoint": "checkpoints", "hydra": "Hydra's own settings",
 }
 
 
@@ -55,6 +62,7 @@ class Imported:
     left_out: list[tuple[str, list[str]]]  # (why, keys) for the keys a spec does not express, also closing the spec
     written: int  # config keys written into the spec
     defaults: int  # config keys equal to topo's defaults
+    differs: list[str] = field(default_factory=list)  # where the spec deliberately differs from the recipe, and why
 
     def left_out_lines(self) -> list[str]:
         """The keys not expressed, one line per reason; a training section's as ``20 policy keys``."""
@@ -164,6 +172,8 @@ def convert(config: Config, name: str) -> Imported:
         (("collector", "sync"), False, "the recipe's Collector(sync=False)"),
         (("collector", "frames_per_batch"), v["per"], "Collector(frames_per_batch=envs_per_collector), async"),
     ]
+    evaluation, differs = _eval(r, v)
+    entries += evaluation
     left_out, unknown = _account(config, r.used)
     header = [f"Written by `topo import vla-grpo {name}` from torchrl's vla_grpo recipe config: each value names "
               "the key it came from. Its plan is the recipe's assignment, worker for worker "
@@ -171,13 +181,15 @@ def convert(config: Config, name: str) -> Imported:
     footer = []
     if r.defaults:
         footer += ["Read from the config, and already topo's defaults (not written):"] + [f"  {d}" for d in r.defaults]
+    if differs:
+        footer += ["Where this spec differs from the recipe, on purpose:"] + [f"  {d}" for d in differs]
     if left_out:
         footer += ["Not expressed in a topo spec (the recipe's training loop: policy, inference server, replay, "
-                   "evaluation):"] + [f"  {', '.join(keys)}: {why}" for why, keys in left_out]
+                   "logging):"] + [f"  {', '.join(keys)}: {why}" for why, keys in left_out]
     if unknown:
         footer += ["Unknown to this importer (not written):"] + [f"  {'.'.join(map(str, d.path))}" for d in unknown]
     return Imported(document(entries, header, footer), [config.locate(d) for d in warnings + unknown], left_out,
-                    len(r.written), len(r.defaults))
+                    len(r.written), len(r.defaults), differs)
 
 
 def _read(r: _Reader) -> dict[str, Any]:
@@ -210,6 +222,16 @@ def _read(r: _Reader) -> dict[str, Any]:
     }
     v["fallback"] = r.get(("env", "render_gpu_device_zero_fallback"), flag, "true or false", required=bool(v["ids"]),
                           default=False)
+    # the evaluation (the recipe's make_evaluator): optional, so that older configs still import
+    v["eval_envs"] = r.get(("env", "eval_num_envs"), _positive, "a positive integer", required=False)
+    v["eval_ids"] = r.get(("env", "eval_render_gpu_ids"), lambda x: x is None or x == [] or _ints(x),
+                          "a list of ids or null", required=False)
+    v["eval_episodes"] = r.get(("logger", "eval_episodes"), _positive, "a positive integer", required=False)
+    v["eval_iter"] = r.get(("logger", "eval_iter"), lambda x: x is None or _is_int(x) and x >= 0,
+                           "a number of iterations or null", required=False)
+    v["eval_async"] = r.get(("logger", "eval_async"), flag, "true or false", required=False, default=False)
+    v["eval_busy"] = r.get(("logger", "eval_busy_policy"), lambda x: x in BUSY_POLICIES, " or ".join(BUSY_POLICIES),
+                           required=False, default="skip")
     if v["backend"] not in (None, "libero"):
         r.errors.append(error("import-backend", f"env.backend is {v['backend']!r}: this importer writes the recipe's "
                               "LIBERO topology", ("env", "backend"), "topo's toy backend builds ToyVLAEnv: start "
@@ -249,6 +271,83 @@ def _render(r: _Reader, gl: str | None, ids: list[int] | None, fallback: bool) -
     else:
         r.default(("env", "render_gpu_device_zero_fallback"), fallback, "no fallback, as topo's default")
     return entries, warnings
+
+
+def _eval(r: _Reader, v: dict[str, Any]) -> tuple[list, list[str]]:
+    """The eval section: the recipe's evaluator (make_evaluator, _make_eval_env) as topo plans it, and what differs.
+
+    The recipe builds ``eval_num_envs`` workers, worker w on ``task_ids[w % T]`` with init states cycled from
+    0, and counts ``eval_episodes`` episodes: ``eval_episodes / T`` init states of each task, 0 first. Its
+    worker w renders on ``ids[w % len(ids)]`` (``eval_render_gpu_ids``, or ``render_gpu_ids`` when null): topo
+    renders per subcollector, so each id gets one eval subcollector with the workers the recipe gives it.
+    """
+    o, entries, differs = r.origin, [], []
+    tasks = v["task_ids"]
+    n = len(tasks)
+    entries.append((("eval", "tasks"), task_text(tasks), o(("env", "task_ids"), ": the recipe evaluates its "
+                                                            "training tasks (topo warns: eval-on-train-tasks)")))
+    differs.append("eval.tasks: the recipe evaluates on its training tasks (env.task_ids); kept, and topo warns "
+                   "(eval-on-train-tasks): held-out tasks, ones assignment.tasks leaves out, are the alternative")
+    if v["eval_episodes"] is not None:
+        per = -(-v["eval_episodes"] // n)
+        note = f" / {n} tasks" + ("" if v["eval_episodes"] % n == 0 else
+                                  f", rounded up: {per * n} episodes, every task alike")
+        entries.append((("eval", "init_states"), f"0-{per - 1}" if per > 1 else 0,
+                        o(("logger", "eval_episodes"), f": {v['eval_episodes']}{note} (init states cycled from 0)")))
+    if v["eval_envs"] is not None:
+        entries += _eval_workers(r, v)
+    # the recipe's eval seed is env.seed + 1: ParallelEnv.set_seed chains seeds from training worker 1's
+    workers = v["subs"] * v["per"]
+    entries.append((("eval", "seeds", "base"), v["seed"] + workers,
+                    f"env.seed + {workers} training workers (the recipe: env.seed + 1, training worker 1's seed)"))
+    differs.append(f"eval.seeds.base: {v['seed'] + workers}, after the {workers} training seeds "
+                   f"{v['seed']}-{v['seed'] + workers - 1}: the recipe seeds its evaluation with env.seed + 1 = "
+                   f"{v['seed'] + 1}, the seed of training worker 1 (topo refuses that overlap: "
+                   "eval-seed-overlaps-train)")
+    if v["eval_iter"]:
+        entries.append((("eval", "every"), v["eval_iter"], o(("logger", "eval_iter"))))
+    elif _get(r.config.data, ("logger", "eval_iter"))[1]:
+        r.default(("logger", "eval_iter"), v["eval_iter"], "no periodic evaluation: run.evaluate() only")
+    for key, name, value, default in (("eval_async", "async", v["eval_async"], False),
+                                      ("eval_busy_policy", "busy_policy", v["eval_busy"], "skip")):
+        if not _get(r.config.data, ("logger", key))[1]:
+            continue
+        if value == default:
+            r.default(("logger", key), value, f"eval.{name}'s default")
+        else:
+            entries.append((("eval", name), value, o(("logger", key))))
+    return entries, differs
+
+
+def _eval_workers(r: _Reader, v: dict[str, Any]) -> list:
+    """eval.workers and its render devices: one eval subcollector per render id, with the recipe's workers on it."""
+    o, count = r.origin, v["eval_envs"]
+    ids = v["eval_ids"] if v["eval_ids"] else None
+    key = ("env", "eval_render_gpu_ids")
+    if ids is None and v["gl"] in (None, "egl") and v["ids"]:
+        ids, origin = v["ids"], (o(key, ": null, so env.render_gpu_ids") if _get(r.config.data, key)[1]
+                                 else "env.render_gpu_ids (no env.eval_render_gpu_ids)")
+    elif ids is not None and v["gl"] in (None, "egl"):
+        origin = o(key)
+    else:
+        if _get(r.config.data, key)[1]:
+            r.default(key, v["eval_ids"], "no render device: eval workers render on the CPU")
+        return [(("eval", "workers"), count, o(("env", "eval_num_envs")))]
+    used = ids[:count]
+    sizes = [count // len(ids) + (1 if i < count % len(ids) else 0) for i in range(len(used))]
+    if len(used) == 1:
+        entries = [(("eval", "workers"), count, o(("env", "eval_num_envs")))]
+    else:
+        entries = [(("eval", "workers", "subcollectors"), len(used), f"one per eval render id ({len(used)})"),
+                   (("eval", "workers", "workers_per_subcollector"), sizes[0] if len(set(sizes)) == 1 else sizes,
+                    o(("env", "eval_num_envs"), f": {count}, worker w renders on ids[w % {len(ids)}]"))]
+    entries += [(("eval", "render_devices", "ids"), used, origin + (" (one eval subcollector each)" if len(used) > 1
+                                                                    else "")),
+                (("eval", "render_devices", "numbering"), "egl", "the recipe's ids are devices as EGL lists them")]
+    if v["fallback"]:
+        entries.append((("eval", "render_devices", "device_zero_fallback"), True,
+                        "env.render_gpu_device_zero_fallback (eval workers too)"))
+    return entries
 
 
 def task_text(ids: list[int]) -> Any:
@@ -291,7 +390,11 @@ def _account(config: Config, used: set) -> tuple[list[tuple[str, list[str]]], li
                                            f"did you mean {section}.{close[0]}?" if close else
                                            "if the recipe reads it now, write it into the spec by hand"))
         elif section in SECTIONS:
-            keys = [f"{section}.{k}" for k in (body if isinstance(body, dict) else {}) if (section, k) not in used]
+            keys = [k for k in (body if isinstance(body, dict) else {}) if (section, k) not in used]
+            for k in keys:
+                if (section, k) in LEFT_OUT:
+                    reasons.setdefault(LEFT_OUT[(section, k)], []).append(f"{section}.{k}")
+            keys = [f"{section}.{k}" for k in keys if (section, k) not in LEFT_OUT]
             if keys or not isinstance(body, dict):
                 reasons.setdefault(SECTIONS[section], []).extend(keys or [section])
         else:

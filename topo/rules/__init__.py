@@ -6,6 +6,7 @@ and its catalog, which :func:`context` resolves first.
 from __future__ import annotations
 
 from . import blocks, groups, launch, placement, policy, render, seeds, tasks, topology
+from .eval import evaluation_rules
 from .context import Context, context
 
 RULES = [
@@ -21,6 +22,7 @@ RULES = [
     policy.policy,
     render.render_devices,
     placement.placement,
+    evaluation_rules,
 ]
 
 __all__ = ["RULES", "Context", "context"]

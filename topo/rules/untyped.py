@@ -6,13 +6,14 @@ import math
 from typing import Any
 
 from ..diagnostics import Diagnostic, error
-from ..limits import MAX_SUBCOLLECTOR_IDS, MAX_TASK_IDS
+from ..limits import MAX_EVAL_EPISODES, MAX_SUBCOLLECTOR_IDS, MAX_TASK_IDS
 from .context import load_backend
 
 
 def too_many_ids(data: dict) -> list[Diagnostic]:
-    """Task and subcollector ranges naming more ids than any topology can use, refused before they expand."""
-    assign, placed = data.get("assignment"), data.get("placement")
+    """Task, init state and subcollector ranges naming more ids than any topology can use, refused before they
+    expand."""
+    assign, placed, evaluate = data.get("assignment"), data.get("placement"), data.get("eval")
     tasks = assign.get("tasks") if isinstance(assign, dict) else None
     overrides = placed.get("overrides") if isinstance(placed, dict) else None
     named = [(("assignment", "tasks"), tasks)] if isinstance(tasks, (str, list)) else []
@@ -20,7 +21,14 @@ def too_many_ids(data: dict) -> list[Diagnostic]:
                       "are workers")
     named = [(("placement", "overrides", i, "subcollectors"), o.get("subcollectors"))
              for i, o in enumerate(overrides if isinstance(overrides, list) else []) if isinstance(o, dict)]
-    return out + _ids_within(named, MAX_SUBCOLLECTOR_IDS, "subcollector", "a topology has at most 4,096 subcollectors")
+    out += _ids_within(named, MAX_SUBCOLLECTOR_IDS, "subcollector", "a topology has at most 4,096 subcollectors")
+    if isinstance(evaluate, dict):
+        for key, what in (("tasks", "eval task"), ("init_states", "eval init state")):
+            items = evaluate.get(key)
+            if isinstance(items, (str, list)):
+                out += _ids_within([(("eval", key), items)], MAX_EVAL_EPISODES, what, "each runs at least one "
+                                   f"episode, and an evaluation runs at most {MAX_EVAL_EPISODES:,}")
+    return out
 
 
 def _ids_within(named: list[tuple[tuple, Any]], limit: int, what: str, hint: str) -> list[Diagnostic]:
