@@ -9,7 +9,7 @@ import gc
 import json
 from typing import Any, Callable, Mapping
 
-from . import evaluation, placement
+from . import eval_plan, placement
 from .assign import GROUP_ID_OFFSET, assign
 from .coverage import coverage
 from .errors import SpecError
@@ -120,7 +120,7 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
         "subcollectors": subcollectors,
     }
     plan["coverage"] = coverage(plan)
-    plan["eval"] = evaluation.plan_section(spec, backend, catalog, options)
+    plan["eval"] = eval_plan.plan_section(spec, backend, catalog, options)
     return plan
 
 

@@ -103,7 +103,7 @@ class Eval:
     render_gpus: tuple[int, ...] | None = None
     render_numbering: str = "cuda"
     render_fallback: bool = False
-    seed_base: int | None = None  # None: the default stream (topo.evaluation.seed_stream)
+    seed_base: int | None = None  # None: the default stream (topo.eval_plan.seed_stream)
     seed_strategy: str | None = None  # None: the training's (offset when training lists its seeds)
     max_episode_steps: int | None = None
     every: int | None = None

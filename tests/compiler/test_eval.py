@@ -1,7 +1,7 @@
 """The eval section of a plan: its rows worker by worker (toy and LIBERO), every (task, init state) exactly
 `trials` times for any worker count, seeds apart from training's, determinism, the plan file, the dry run.
 
-Expectations are written out here (episode lists, seeds, kwargs), never computed with topo.evaluation.
+Expectations are written out here (episode lists, seeds, kwargs), never computed with topo.eval_plan.
 """
 from __future__ import annotations
 

@@ -1,14 +1,14 @@
 """Rules on the eval section: tasks and init states that exist, episodes within bounds and workers that all run
 some, seeds apart from training's, a policy to evaluate.
 
-The episode count is arithmetic (:func:`topo.evaluation.count`): it is checked against
+The episode count is arithmetic (:func:`topo.eval_plan.count`): it is checked against
 :data:`~topo.limits.MAX_EVAL_EPISODES` before any rule lists episodes or seeds.
 """
 from __future__ import annotations
 
 from collections import Counter
 
-from .. import evaluation
+from .. import eval_plan
 from ..backends.base import Backend
 from ..diagnostics import Diagnostic, error, ids_text, warning
 from ..limits import MAX_EVAL_EPISODES, count as n_text
@@ -31,7 +31,7 @@ def evaluation_rules(spec: Spec, ctx: Context) -> list[Diagnostic]:
     # the episodes are known when their tasks and init states are: a backend that failed its checks, or no tasks
     # where the backend has them (tasks-missing), leaves them unknown
     unknown = backend is None or (catalog is None and _has_catalog(backend)) or \
-        (catalog is not None and evaluation.eval_tasks(spec, catalog) == (None,))
+        (catalog is not None and eval_plan.eval_tasks(spec, catalog) == (None,))
     if not unknown and not any(d.is_error for d in counted):
         out += _episodes(spec, ctx)
     return out
@@ -105,7 +105,7 @@ def _init_states(spec: Spec, ctx: Context) -> list[Diagnostic]:
         return out
     asked = sorted(set(e.init_states))
     by_count: dict[int, list[int]] = {}
-    for task in evaluation.eval_tasks(spec, catalog):
+    for task in eval_plan.eval_tasks(spec, catalog):
         n = catalog.init_states.get(task) if task is not None else None
         if n is not None and asked and asked[-1] >= n:
             by_count.setdefault(n, []).append(task)
@@ -150,13 +150,13 @@ def _policy(spec: Spec) -> list[Diagnostic]:
 def _episodes(spec: Spec, ctx: Context) -> list[Diagnostic]:
     """What needs the episodes: their number (first, by arithmetic), idle workers, held-out tasks, seeds."""
     e, catalog = spec.eval, ctx.catalog
-    total, per_task = evaluation.count(spec, catalog)
+    total, per_task = eval_plan.count(spec, catalog)
     if total > MAX_EVAL_EPISODES:
         return [error("eval-too-large", f"{_arithmetic(spec, per_task)} = {n_text(total)} episodes per evaluation, "
                       f"more than {n_text(MAX_EVAL_EPISODES)}", _largest(spec),
                       "evaluate fewer tasks, init states or trials per evaluation (run several evaluations)")]
     out = []
-    workers = sum(evaluation.workers_of(spec, catalog, total))
+    workers = sum(eval_plan.workers_of(spec, catalog, total))
     per = total // e.trials
     need = -(-workers // per)
     if workers > total:
@@ -193,8 +193,8 @@ def _largest(spec: Spec) -> tuple:
 def _held_out(spec: Spec, ctx: Context) -> list[Diagnostic]:
     """Evaluating only training tasks measures what the policy trains on: a warning naming the held-out ones."""
     catalog = ctx.catalog
-    tasks = [t for t in evaluation.eval_tasks(spec, catalog) if t is not None]
-    trained = evaluation.training_task_ids(spec, catalog)
+    tasks = [t for t in eval_plan.eval_tasks(spec, catalog) if t is not None]
+    trained = eval_plan.training_task_ids(spec, catalog)
     if not tasks or not trained or not set(tasks) <= set(trained):
         return []
     written = spec.wrote("eval", "tasks")
@@ -216,7 +216,7 @@ def _held_out(spec: Spec, ctx: Context) -> list[Diagnostic]:
 
 def _seeds(spec: Spec, total: int) -> list[Diagnostic]:
     e = spec.eval
-    strategy, base = evaluation.seed_stream(spec)
+    strategy, base = eval_plan.seed_stream(spec)
     path = PATH + ("seeds", "base") if spec.wrote("eval", "seeds", "base") else \
         PATH + ("seeds",) if spec.wrote("eval", "seeds") else PATH
     n = spec.total_workers
@@ -236,9 +236,9 @@ def _seeds(spec: Spec, total: int) -> list[Diagnostic]:
                       f"seed(s) shared, e.g. eval episode {lo - base} gets seed {lo}, training worker "
                       f"{lo - train_lo}'s", path, _fix(spec))]
     trained: dict[int, int] = {}
-    for g, seed in enumerate(evaluation.train_seeds(spec)):
+    for g, seed in enumerate(eval_plan.train_seeds(spec)):
         trained.setdefault(seed, g)
-    shared = [(i, seed, trained[seed]) for i, seed in enumerate(evaluation.seeds(spec, total)) if seed in trained]
+    shared = [(i, seed, trained[seed]) for i, seed in enumerate(eval_plan.seeds(spec, total)) if seed in trained]
     if not shared:
         return []
     shown = ", ".join(f"episode {i} (seed {seed}) = training worker {g}" for i, seed, g in shared[:3])
