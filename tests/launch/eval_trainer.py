@@ -1,6 +1,6 @@
 """A training script with evaluation, for the eval tests: ``python eval_trainer.py SPEC --report DIR [--then ...]``.
 
-It trains topo's TinyVLA (one policy-gradient step per batch) and pushes its weights each iteration, so
+It steps topo's TinyVLA's weights (a weight-decay step per batch) and pushes them each iteration, so
 the spec's ``eval.every`` evaluates after every N-th update; then it asks for one blocking round, then
 two background ones at once (the second meets ``busy_policy``) and trains until they end. One JSON line
 per event on stdout. ``--then`` misbehaves the way a test needs.
@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import signal
+import threading
 import time
 
 
@@ -50,41 +51,37 @@ def main() -> None:
         emit(event="ready", run_dir=run.run_dir)
         batches = iter(run.collector)
         for i in range(args.iterations):
-            batch = next(batches)
-            loss = -policy(batch.reshape(-1).select(*policy.in_keys).clone())["action"].mean()
+            next(batches)
+            loss = sum((p ** 2).sum() for p in policy.parameters())  # any step: the weights change each iteration
             optim.zero_grad()
             loss.backward()
             optim.step()
             version = run.update_weights()  # eval.every evaluates here, blocking
             emit(event="update", version=version, evaluations=len(run.evaluations))
-        if args.then == "kill-eval-worker":
-            pid_box = {}
-
-            def kill_soon():
-                pid_box["pid"] = eval_worker_pid(run, 1)
-                time.sleep(1.0)
-                os.kill(pid_box["pid"], signal.SIGKILL)
-
-            import threading
-
-            threading.Thread(target=kill_soon, daemon=True).start()
-            result = run.evaluate(step=100)
-            emit(event="evaluated", killed=pid_box.get("pid"), result=result)
-            return
+        if args.then == "kill-eval-worker":  # during the next round: its restart reruns the worker's episodes
+            threading.Thread(target=lambda: kill_soon(run), daemon=True).start()
         result = run.evaluate(step=100)
         emit(event="evaluated", result=result)
-        accepted = [run.evaluate(wait=False, step=200), run.evaluate(wait=False, step=201)]
-        if args.then == "kill-trainer-during-eval":
-            emit(event="killing", trainer=os.getpid())
-            os.kill(os.getpid(), signal.SIGKILL)
-        during = 0
-        while run.eval.pending:
-            next(batches)
-            during += 1
-        emit(event="async", accepted=accepted, batches_during=during, rounds=len(run.evaluations))
+        if args.then != "kill-eval-worker":
+            accepted = [run.evaluate(wait=False, step=200), run.evaluate(wait=False, step=201)]
+            if args.then == "kill-trainer-during-eval":
+                emit(event="killing", trainer=os.getpid())
+                os.kill(os.getpid(), signal.SIGKILL)
+            during = 0
+            while run.eval.pending:
+                next(batches)
+                during += 1
+            emit(event="async", accepted=accepted, batches_during=during, rounds=len(run.evaluations))
     emit(event="report", summary=run.report.data, evaluations=[
         {k: r[k] for k in ("round", "step", "policy_version", "acting_version", "episodes", "planned")}
         for r in run.evaluations])
+
+
+def kill_soon(run) -> None:
+    pid = eval_worker_pid(run, 1)
+    time.sleep(1.0)
+    emit(event="killed", pid=pid)
+    os.kill(pid, signal.SIGKILL)
 
 
 if __name__ == "__main__":

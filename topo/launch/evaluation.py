@@ -111,10 +111,12 @@ class Evaluation:
         planned = {ep["episode"]: (sub["index"], row["index"], ep)
                    for sub in self.section["subcollectors"] for row in sub["workers"] for ep in row["episodes"]}
         ended: dict[int, dict[str, Any]] = {}
-        batches, bound = 0, _batch_bound(self.section)
+        batches, bound, restarts = 0, _batch_bound(self.section), len(self.run.restarts)
         while len(ended) < len(planned):
             batch = next(self._batches)
             batches += 1
+            if len(self.run.restarts) != restarts:  # a restarted worker runs its episodes again: count anew
+                batches, restarts = 1, len(self.run.restarts)
             for episode in finished(batch, number):
                 ended.setdefault(episode["episode"], episode)
             if bound is not None and batches > bound and len(ended) < len(planned):
