@@ -24,15 +24,16 @@ def session_model_cache(tmp_path_factory):
         os.environ[CACHE_VAR] = saved
 
 
-# The fast tier, declared here only: the compiler, the rules, the API surface (tests/compiler), the launch's
-# unit tests (no process started), and one toy launch: the README's quickstart, run as written. Each entry is
-# a folder (ending in /), a file, or one test; an entry that names nothing any more fails the run.
+# The fast tier, declared here only: the compiler, the rules, the API surface (tests/compiler), the launch's and
+# the bench's unit tests (no process started), and one toy launch: the README's quickstart, run as written. Each
+# entry is a folder (ending in /), a file, or one test; an entry that names nothing any more fails the run.
 FAST = (
     "tests/compiler/",
     "tests/launch/test_launch_units.py",
     "tests/launch/test_recovery_units.py",
     "tests/launch/test_boundary.py",
     "tests/launch/test_evaluation_units.py",
+    "tests/bench/test_bench_units.py",
     "tests/docs/test_pages.py",
     "tests/launch/test_training_api.py::test_the_quickstart_runs_as_written",
 )

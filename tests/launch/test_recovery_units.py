@@ -198,6 +198,115 @@ def test_beats_file_roundtrip_and_stamped_steps(tmp_path, monkeypatch):
     assert slot[1] >= slot[0]
 
 
+# -- memory per worker -----------------------------------------------------------------------------
+
+def test_resident_memory_is_read_from_proc_status(tmp_path):
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython\nVmPeak:\t 900000 kB\nVmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\nThreads:\t4\n")
+    assert heartbeat.resident(str(status)) == (100 * 2**20, 200 * 2**20)  # (VmRSS, VmHWM), not VmPeak (virtual)
+    status.write_text("Name:\tpython\nVmRSS:\t 1 kB\n")  # a kernel thread shows no VmHWM
+    assert heartbeat.resident(str(status)) is None
+    assert heartbeat.resident(str(tmp_path / "missing")) is None  # no /proc: not Linux
+    rss, peak = heartbeat.resident()  # this process, for real
+    assert 10 * 2**20 < rss <= peak < 64 * 2**30
+
+
+def beats_with_memory(tmp_path, monkeypatch, readings: list[tuple[int, int]]):
+    """A beats file of subcollector 1 (2 workers), seen from a worker process; ``readings`` feed ``resident``."""
+    monkeypatch.setattr(heartbeat, "_mine", {})
+    run = RunDir(str(tmp_path))
+    heartbeat.open_subcollector(run, 1, workers=2)
+    monkeypatch.setattr(heartbeat, "_mine", {})  # a worker process: it did not open the file
+    calls = []
+
+    def resident():
+        calls.append(time.time())
+        return readings[min(len(calls), len(readings)) - 1]
+
+    monkeypatch.setattr(heartbeat, "resident", resident)
+    return run, calls
+
+
+class SteppedEnv:
+    def __init__(self):
+        self.closed = 0
+
+    def _step(self, td):
+        return td
+
+    def _reset(self, td):
+        return td
+
+    def close(self):
+        self.closed += 1
+
+
+def test_a_worker_stamps_its_memory_when_built_at_most_every_interval_and_at_close(tmp_path, monkeypatch):
+    mb = 2**20
+    run, calls = beats_with_memory(tmp_path, monkeypatch, [(100 * mb, 150 * mb), (120 * mb, 160 * mb),
+                                                           (90 * mb, 200 * mb)])
+    assert heartbeat.memory(str(tmp_path), 1, 0) == [None, None]  # nothing read yet
+    clock = [1000.0]
+    monkeypatch.setattr(heartbeat, "time", type("Clock", (), {"time": staticmethod(lambda: clock[0])}))
+    env = SteppedEnv()
+    heartbeat.watch(env, run, {"subcollector": 1, "index": 1})
+    assert len(calls) == 1  # read once the env is built
+    first = heartbeat.memory(str(tmp_path), 1, 0)[1]
+    assert (first.pid, first.rss_mb, first.peak_rss_mb, first.at) == (os.getpid(), 100.0, 150.0, 1000.0)
+    for _ in range(50):
+        clock[0] += heartbeat.MEMORY_EVERY_S / 100  # 50 x 2 stamps in half the interval
+        env._step("td")
+        env._reset("td")
+    assert len(calls) == 1  # every step stamped, memory not read again within the interval
+    assert heartbeat.read(str(tmp_path), 1, 0)[2][1] == clock[0]  # the step stamps go on
+    clock[0] += heartbeat.MEMORY_EVERY_S * 0.6
+    env._step("td")
+    assert len(calls) == 2  # the interval is over: read at the end of this step
+    env._step("td")
+    assert len(calls) == 2
+    env.close()
+    assert len(calls) == 3 and env.closed == 1  # read at close, whenever it comes, then closed
+    last = heartbeat.memory(str(tmp_path), 1, 0)[1]
+    assert (last.rss_mb, last.peak_rss_mb) == (90.0, 200.0)  # the latest reading: the worker's lifelong peak
+    assert heartbeat.memory(str(tmp_path), 1, 0)[0] is None and heartbeat.memory(str(tmp_path), 2, 0) is None
+
+
+def test_an_env_its_subcollector_builds_for_itself_stamps_no_memory(tmp_path, monkeypatch):
+    run, calls = beats_with_memory(tmp_path, monkeypatch, [(1, 1)])
+    monkeypatch.setattr(heartbeat, "_mine", {"pid": os.getpid()})  # the process that opened the beats file
+    env = SteppedEnv()
+    heartbeat.watch(env, run, {"subcollector": 1, "index": 0})  # a legacy parent env, built with worker 0's row
+    env._step("td")
+    env.close()
+    assert calls == [] and heartbeat.memory(str(tmp_path), 1, 0) == [None, None]
+    assert heartbeat.read(str(tmp_path), 1, 0)[1][1] > 0  # its steps are stamped as before
+
+
+def test_the_run_state_and_the_report_give_each_workers_memory(tmp_path, monkeypatch):
+    from topo.launch import report
+
+    mb = 2**20
+    run, _ = beats_with_memory(tmp_path, monkeypatch, [(100 * mb, 300 * mb)])
+    heartbeat.open_subcollector(run, 0, workers=2)
+    monkeypatch.setattr(heartbeat, "_mine", {})
+    readings = {(0, 0): (100, 300), (0, 1): (110, 310), (1, 1): (120, 900)}  # sub1/w0 never read its memory
+    for (c, w), (rss, peak) in readings.items():
+        monkeypatch.setattr(heartbeat, "resident", lambda rss=rss, peak=peak: (rss * mb, peak * mb))
+        heartbeat.Stamp(heartbeat.path(str(tmp_path), c, 0), 1 + w, memory=True).end()
+    state = state_of(tmp_path, sub(0, 10, 101), started(0, 0, 20, 102))
+    rows = state.memory()
+    assert [(r["subcollector"], r["worker"], r["global_index"], r["peak_rss_mb"]) for r in rows] == [
+        (0, 0, 0, 300.0), (0, 1, 1, 310.0), (1, 0, 2, None), (1, 1, 3, 900.0)]
+    assert rows[0]["rss_mb"] == 100.0 and rows[0]["pid"] == os.getpid() and rows[2]["pid"] is None
+    section = report.memory(rows, state)
+    assert section["peak_rss_mb"] == {"min": 300.0, "median": 310.0, "max": 900.0}
+    assert (section["measured"], section["workers_total"]) == (3, 4)
+    assert section["workers"][0]["at_s"] == round(rows[0]["at"] - state.t0, 3) and "at" not in section["workers"][0]
+    line = report.human_memory(section)
+    assert line == "  memory per worker, peak RSS: min 300 / median 310 / max 900 MB (3 of 4 worker(s) measured)"
+    assert "not measured" in report.human_memory(report.memory([], state))
+
+
 def test_the_monitor_bell_rings_at_a_verdict(tmp_path):
     state = state_of(tmp_path, sub(0, 10, 101), started(0, 0, 20, 102), plan=PLAN_WITH_KWARGS)
     state.phase = Phase.COLLECTING

@@ -58,6 +58,10 @@ def test_the_policy_acts_with_the_weights_the_trainer_pushed(tmp_path, placement
     assert all(b["shape"][:2] == [2, 2] for b in batches)  # sync: 2 subcollectors x 2 workers
     assert max(b["diff"] for b in batches) < 1e-5  # the trainer's copy computes the same actions
     assert [u["version"] for u in of(events, "update")] == [1, 2, 3]
+    memory = batches[0]["memory"]  # each worker's own figures, read by the trainer between batches
+    assert [(m["subcollector"], m["worker"], m["global_index"]) for m in memory] == [(0, 0, 0), (0, 1, 1), (1, 0, 2),
+                                                                                    (1, 1, 3)]
+    assert all(0 < m["rss_mb"] <= m["peak_rss_mb"] < 4096 for m in memory), memory
     report = of(events, "after")[0]["report"]
     assert report["ok"]
     assert report["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 4}
@@ -67,6 +71,9 @@ def test_the_policy_acts_with_the_weights_the_trainer_pushed(tmp_path, placement
     assert [e["status"] for e in report["first_batch"]] == ["ok", "ok"]
     assert (report["processes"]["server_pid"] is not None) == (placement == "server")
     assert report["env_closes"] == {"constructed": 4, "closed": 4}
+    assert [m["pid"] for m in memory] == report["processes"]["worker_pids"]  # the workers' own, not a parent's
+    assert report["memory"]["measured"] == 4 and report["memory"]["peak_rss_mb"]["max"] >= max(
+        m["peak_rss_mb"] for m in memory)  # read again at close: the peak of each worker's whole life
     assert_nothing_left(report, t_end)
     assert_trainer_state_restored(events)
 

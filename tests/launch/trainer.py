@@ -96,7 +96,7 @@ def main() -> None:
                 emit(event="batch", iteration=i, shape=list(batch.shape),
                      versions=sorted({int(v) for v in batch["policy_version"].flatten().tolist()}),
                      diff=float((expected - flat["action"]).abs().max()), rows=rows_seen(batch),
-                     restarts=[(r["subcollector"], r["outcome"]) for r in run.restarts])
+                     restarts=[(r["subcollector"], r["outcome"]) for r in run.restarts], memory=run.worker_memory())
                 if args.then == "raise":
                     raise ValueError("the training step failed")
                 if args.then == "kill-worker" and i == 0:

@@ -35,14 +35,15 @@ CACHES = {"warm": (False,), "cold": (True,), "both": (True, False)}
 @click.option("--batches", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--no-single", is_flag=True, help="Skip the one-worker measurement (and the lower bounds).")
 def bench(spec, assignments, modes, repeats, cap, cache, sweep, out_dir, batches, no_single):
-    """Launch SPEC in each mode and compare startup: parent envs, real envs, time to ready and first batch,
+    """Launch SPEC in each mode and compare startup: parent envs, real envs, time to ready and first batch
+    against the baseline (recipe: what torchrl's vla_grpo recipe runs today), each env worker's peak memory,
     and each mode's lower bound: max(chain, work / cores) from one worker's phases measured alone
     (start + imports, paid once per importing process; construction + first reset, paid by every worker)."""
     from ..plan import compile_spec
     from ..load import parse_assignments
     from ..plan import dumps
     from . import chart, compare, runs, sweep as sweeps
-    from .modes import model_cache, variant, with_model_cache
+    from .modes import model_cache, own_builder, variant, with_model_cache
 
     chosen = [m.strip() for m in (modes or (DEFAULT if sweep else ",".join(MODES))).split(",") if m.strip()]
     unknown = [m for m in chosen if m not in MODES]
@@ -64,21 +65,30 @@ def bench(spec, assignments, modes, repeats, cap, cache, sweep, out_dir, batches
         raise click.BadParameter(f"backend {first['env']['backend']!r} has no model cache on in this spec",
                                  param_hint="--cache")
     starts = CACHES[cache] if cached else (False,)
-    labels = [mode + (compare.COLD if cold else "") for mode in chosen for cold in starts]
+    # a mode with its own builder (recipe: torchrl's plain env) uses no model cache and has no bound
+    foreign = {mode for mode in chosen if own_builder(first, mode)}
+    labels = [mode + (compare.COLD if cold else "") for mode in chosen
+              for cold in (starts if mode not in foreign else (False,))]
     os.makedirs(os.path.join(out_dir, "plans"), exist_ok=True)
-    paths = {}
+    paths = {}  # (sweep value, mode) -> plan file; mode None: the one worker measured alone, built as topo builds it
+
+    def save(plan, name: str) -> str:
+        path = os.path.join(out_dir, "plans", f"{name}.json")
+        with open(path, "w") as f:
+            f.write(dumps(with_model_cache(plan, cache_dir)))
+        return path
+
     for value, plan in plans.items():
+        suffix = "" if value is None else f"-{variable}{value}"
         for mode in chosen:
-            name = mode if value is None else f"{mode}-{variable}{value}"
-            paths[value, mode] = os.path.join(out_dir, "plans", f"{name}.json")
-            with open(paths[value, mode], "w") as f:
-                f.write(dumps(with_model_cache(variant(plan, mode, cap), cache_dir)))
+            paths[value, mode] = save(variant(plan, mode, cap), mode + suffix)
+        paths[value, None] = save(variant(plan, "workers", cap), "single" + suffix)
     set_args = [f"{k}={v}" for k, v in fixed.items()]
     warmed: set = set()  # sweep values whose every model is in the bench's cache
 
-    def prepare(value, cold: bool) -> None:
+    def prepare(value, cold: bool, mode: str | None = None) -> None:
         """Empty the cache for a cold start; fill it (``topo cache warm``) for a warm one, unless it is full."""
-        if not cached:
+        if not cached or mode in foreign:
             return
         if cold:
             runs.clear_cache(cache_dir)
@@ -93,13 +103,13 @@ def bench(spec, assignments, modes, repeats, cap, cache, sweep, out_dir, batches
         if not no_single:
             for cold in starts:
                 prepare(values[0], cold)
-                singles.append({**runs.single(paths[values[0], chosen[0]]), "cold": cold})
+                singles.append({**runs.single(paths[values[0], None]), "cold": cold})
                 click.echo(f"round {r + 1}/{repeats}: one worker alone{' (cold cache)' if cold else ''} "
                            f"{singles[-1]['wall_s']:.1f} s", err=True)
         for value in values:
             for label in labels:
                 mode, cold = compare.split_mode(label)
-                prepare(value, cold)
+                prepare(value, cold, mode)
                 name = label.replace("/", "-") + ("" if value is None else f"-{variable}{value}")
                 run = runs.launch(paths[value, mode], os.path.join(out_dir, "runs", f"r{r + 1:02d}-{name}"), batches, [])
                 run.update(mode=label, round=r + 1, value=value)
@@ -108,15 +118,17 @@ def bench(spec, assignments, modes, repeats, cap, cache, sweep, out_dir, batches
                     warmed.add(value)  # every worker got its model: compiled, then saved
                 t = (run["summary"] or {}).get("timings_s", {})
                 at = "" if value is None else f" {variable}={value}"
+                worker = compare.worker_memory([run])
                 click.echo(f"round {r + 1}/{repeats}: {label:<24}{at} exit {run['exit_code']}, ready {t.get('all_ready')}, "
-                           f"first batch {t.get('first_batch')}, peak {run['peak_rss_gb']:.1f} GB", err=True)
+                           f"first batch {t.get('first_batch')}, peak {run['peak_rss_gb']:.1f} GB"
+                           + (f" (a worker at most {worker['max']:.0f} MB)" if worker else ""), err=True)
     cores = os.cpu_count() or 1
     common = dict(spec=spec, repeats=repeats, plan_sha256=first["spec"]["sha256"], command=sys.argv,
                   policy_dropped=(first.get("policy") or {}).get("factory"),
                   runs=[{k: v for k, v in run.items() if k != "summary"} for run in results], singles=singles)
     if sweep:
         shapes = {value: compare.Shape.of(plan) for value, plan in plans.items()}
-        fitted = sweeps.result(results, shapes, compare.costs_of(singles), cores, labels, cap)
+        fitted = sweeps.result(results, shapes, compare.costs_of(singles), cores, labels, cap, own_builder=foreign)
         out = {"variable": variable, "values": values, "cores": cores, "costs_s": _costs(singles), "modes": fitted, **common}
         _write(os.path.join(out_dir, "sweep.json"), out)
         chart.draw_sweep(fitted, os.path.join(out_dir, "sweep.png"),
@@ -125,7 +137,7 @@ def bench(spec, assignments, modes, repeats, cap, cache, sweep, out_dir, batches
         click.echo(sweeps.table(fitted, variable))
     else:
         shape = compare.Shape.of(first)
-        result = compare.comparison(results, singles, shape, cores, labels, cap, model_cache=cached)
+        result = compare.comparison(results, singles, shape, cores, labels, cap, model_cache=cached, own_builder=foreign)
         result.update(shape=f"{shape.subcollectors}x{shape.most_per_subcollector}", **common)
         _write(os.path.join(out_dir, "comparison.json"), result)
         chart.draw(result, os.path.join(out_dir, "startup.png"),

@@ -1,7 +1,13 @@
 """The ways people build a topology today, and topo's, as variants of one plan.
 
-Each mode is the same plan with a different ``launch.construction``, start method, preload or cap:
+Each mode is the same plan with a different ``launch.construction``, start method, preload or cap (and, for
+``recipe``, builder):
 
+- ``recipe``: what torchrl's vla_grpo recipe runs today: ``legacy``'s construction over the env family's plain
+  env, the builder's options all off (:data:`RECIPE_BUILDERS`: for LIBERO torchrl's ``LiberoEnv`` itself,
+  :func:`topo.envs.libero.build_recipe`, with only the fix-ups the installed LIBERO needs). For a backend
+  without a recipe builder (toy, gym, plug-ins) it is ``legacy`` with the backend's builder. The bench's
+  baseline: every ratio is to it, so topo's headline ratio (recipe vs topo's default) comes from one run;
 - ``legacy``: one distinct callable per worker, torchrl's default metadata path (the parent of each
   ParallelEnv builds every env once more, serially, to read specs);
 - ``homogeneous``: one factory + per-worker kwargs, default metadata (one parent env per subcollector);
@@ -24,9 +30,18 @@ from typing import Any
 
 from ..plan import preload_modules
 
-MODES = ("legacy", "homogeneous", "workers", "forkserver", "forkserver-preload", "fork", "capped")
-BASELINE = "legacy"
+MODES = ("recipe", "legacy", "homogeneous", "workers", "forkserver", "forkserver-preload", "fork", "capped")
+#: what every ratio is to: the first of these in a run (``recipe`` unless ``--modes`` leaves it out)
+BASELINES = ("recipe", "legacy")
+BASELINE = BASELINES[0]
 DEFAULT = "forkserver-preload"  # what a spec gets unless it says otherwise (topology.start_method)
+#: backend -> the builder of its plain env, as torchrl's recipes build it (``recipe`` mode)
+RECIPE_BUILDERS = {"libero": "topo.envs.libero:build_recipe"}
+
+
+def baseline(labels) -> str | None:
+    """The mode every ratio of a run is to: ``recipe`` if it ran, else ``legacy``, else none."""
+    return next((b for b in BASELINES if b in labels), None)
 
 
 def variant(plan: dict[str, Any], mode: str, cap: int | None = None) -> dict[str, Any]:
@@ -37,8 +52,10 @@ def variant(plan: dict[str, Any], mode: str, cap: int | None = None) -> dict[str
     launch = out["launch"]
     launch.update(construction="workers", metadata_from_workers=True, preload=None, max_concurrent_starts=None)
     out["start_methods"]["workers"] = "spawn"
-    if mode == "legacy":
+    if mode in ("legacy", "recipe"):
         launch.update(construction="legacy", metadata_from_workers=False)
+        if mode == "recipe" and plan["env"]["backend"] in RECIPE_BUILDERS:
+            _plain(out, RECIPE_BUILDERS[plan["env"]["backend"]])
     elif mode == "homogeneous":
         launch.update(construction="homogeneous", metadata_from_workers=False)
     elif mode == "forkserver":
@@ -53,6 +70,21 @@ def variant(plan: dict[str, Any], mode: str, cap: int | None = None) -> dict[str
     out["policy"] = None
     out["name"] = f"{plan['name']} [{mode}]"
     return out
+
+
+def _plain(plan: dict[str, Any], builder: str) -> None:
+    """``plan``'s workers built by ``builder`` without the builder's options (in place)."""
+    plan["env"]["builder"] = builder
+    plan["env"].pop("options", None)
+    for row in (row for sub in plan["subcollectors"] for row in sub["workers"]):
+        row["kwargs"]["builder"] = builder
+        row["kwargs"]["env"].pop("options", None)
+
+
+def own_builder(plan: dict[str, Any], mode: str) -> bool:
+    """Whether ``mode``'s workers use another builder than ``plan``'s (then the single-worker measurement,
+    made with ``plan``'s builder, bounds nothing of it)."""
+    return variant(plan, mode)["env"]["builder"] != plan["env"]["builder"]
 
 
 def model_cache(plan: dict[str, Any]) -> bool:

