@@ -89,7 +89,7 @@ def test_every_planned_episode_runs_once_per_round_with_that_rounds_weights(trai
         assert [(e["subcollector"], e["worker"]) for e in detail] == [(0, 0), (0, 0), (0, 1), (0, 1), (0, 2), (0, 3)]
         assert [t["task_id"] for t in r["tasks"]] == [2, 3] and all(t["held_out"] for t in r["tasks"])
     # the same weights (version 4), the same seeds: the same episodes, step for step
-    figures = [[(e["success"], e["length"], e["return"]) for e in r["episodes_detail"]] for r in got[2:]]
+    figures = [[(e["success"], e["length"], e["return"], e["checksum"]) for e in r["episodes_detail"]] for r in got[2:]]
     assert figures[0] == figures[1]
 
 

@@ -70,6 +70,7 @@ def test_an_episode_starts_from_its_seed_whatever_ran_before():
     again = a.reset()
     fresh = scheduled(schedule(tasks=(0, 0, 0)), rounds).reset()
     assert again["eval_episode"].item() == fresh["eval_episode"].item() == 10
+    assert again["eval_checksum"].item() == fresh["eval_checksum"].item() == starts[0]["eval_checksum"].item() != 0
     assert torch.equal(again["observation", "state"], state[0]) and torch.equal(fresh["observation", "state"], state[0])
 
 
@@ -83,7 +84,8 @@ def test_make_env_builds_a_scheduled_env_from_an_eval_row_and_seeds_it():
 
 
 def batch_of(rows):
-    """A [1, T] batch with the eval fields of ``rows`` (done, round, episode, success, length, return, version)."""
+    """A [1, T] batch with the eval fields of ``rows`` (done, round, episode, success, length, return, version,
+    init state applied, checksum)."""
     from tensordict import TensorDict
 
     t = len(rows)
@@ -91,21 +93,24 @@ def batch_of(rows):
     return TensorDict({
         "policy_version": torch.tensor([r[6] for r in rows]).reshape(1, t),
         "next": {"done": col(0, torch.bool), "eval_round": col(1, torch.int64), "eval_episode": col(2, torch.int64),
+                 "eval_init_state": col(7, torch.int64), "eval_checksum": col(8, torch.float64),
                  "eval_success": col(3, torch.bool), "eval_length": col(4, torch.int64),
                  "eval_return": col(5, torch.float32)}}, batch_size=[1, t])
 
 
 def test_finished_reads_each_episode_of_this_round_at_its_last_step():
     batch = batch_of([
-        (False, 2, 4, False, 1, 0.0, 2),
-        (True, 2, 4, True, 2, 1.0, 2),    # episode 4 ends: success, 2 steps
-        (True, 2, -1, False, 0, 0.0, 2),  # idle
-        (True, 1, 5, True, 3, 1.0, 1),    # a stale round's episode
-        (True, 2, 5, False, 3, 0.5, 2),
+        (False, 2, 4, False, 1, 0.0, 2, 7, 1.5),
+        (True, 2, 4, True, 2, 1.0, 2, 7, 3.25),   # episode 4 ends: success, 2 steps, from init state 7
+        (True, 2, -1, False, 0, 0.0, 2, 7, 0.0),  # idle
+        (True, 1, 5, True, 3, 1.0, 1, -1, 9.0),   # a stale round's episode
+        (True, 2, 5, False, 3, 0.5, 2, -1, 4.0),  # an env with no init state to say
     ])
     assert finished(batch, 2) == [
-        {"episode": 4, "success": True, "length": 2, "return": 1.0, "acting_version": 2},
-        {"episode": 5, "success": False, "length": 3, "return": 0.5, "acting_version": 2}]
+        {"episode": 4, "init_state_applied": 7, "success": True, "length": 2, "return": 1.0, "checksum": 3.25,
+         "acting_version": 2},
+        {"episode": 5, "init_state_applied": None, "success": False, "length": 3, "return": 0.5, "checksum": 4.0,
+         "acting_version": 2}]
 
 
 @pytest.mark.parametrize("k, n, lo, hi", [(0, 10, 0.0, 0.2775), (10, 10, 0.7225, 1.0), (5, 10, 0.2366, 0.7634),
@@ -118,23 +123,24 @@ def test_summarise_per_task_held_out_and_other_weights():
     section = {"held_out": [3]}
     plan_eps = {e: (0, e // 2, {"episode": e, "task_id": 2 if e < 2 else 3, "instruction": f"t{2 if e < 2 else 3}",
                                 "init_state_id": e % 2, "trial": 0, "seed": 50 + e}) for e in range(4)}
-    ended = {0: {"success": True, "length": 4, "return": 1.0, "acting_version": 1},
-             1: {"success": False, "length": 8, "return": 0.0, "acting_version": 1},
-             2: {"success": True, "length": 6, "return": 1.0, "acting_version": 0},
-             3: {"success": True, "length": 2, "return": 1.0, "acting_version": 1}}
+    ended = {0: {"init_state_applied": 0, "success": True, "length": 4, "return": 1.0, "acting_version": 1},
+             1: {"init_state_applied": 0, "success": False, "length": 8, "return": 0.0, "acting_version": 1},
+             2: {"init_state_applied": 0, "success": True, "length": 6, "return": 1.0, "acting_version": 0},
+             3: {"init_state_applied": 1, "success": True, "length": 2, "return": 1.0, "acting_version": 1}}
     r = eval_results.summarise(section, plan_eps, ended, round_=1, step=7, version=3, acting_version=1, seconds=2.0)
     assert (r["episodes"], r["successes"], r["success_rate"], r["mean_length"]) == (4, 3, 0.75, 5.0)
     assert [(t["task_id"], t["held_out"], t["episodes"], t["successes"], t["mean_length"]) for t in r["tasks"]] == [
         (2, False, 2, 1, 6.0), (3, True, 2, 2, 4.0)]
-    assert r["other_weights"] == [2]
+    assert r["other_weights"] == [2] and r["other_init_states"] == [1]  # episode 1 planned init state 1, ran 0
     assert r["episodes_detail"][3] == {"episode": 3, "task_id": 3, "init_state_id": 1, "trial": 0, "seed": 53,
-                                       "subcollector": 0, "worker": 1, "ended": True, "success": True, "length": 2,
-                                       "return": 1.0, "acting_version": 1}
+                                       "subcollector": 0, "worker": 1, "ended": True, "init_state_applied": 1,
+                                       "success": True, "length": 2,
+                                       "return": 1.0, "checksum": None, "acting_version": 1}
     text = eval_results.table(r)
     assert text.splitlines()[0] == ("evaluation 1 (step 7): 3/4 episodes succeeded, 75.0% [95% CI 30.1-95.4], "
                                     "policy version 3, 2.0s")
     assert "    3  yes              2        2  100.0%   34.2-100.0     4.0  t3" in text
-    assert "episodes 2 acted with other weights" in text
+    assert "episodes 2 acted with other weights" in text and "episodes 1 started from other init states" in text
 
 
 def test_results_files_and_the_plot_after_two_rounds(tmp_path):

@@ -90,6 +90,11 @@ class TopoLiberoEnv(LiberoEnv):
         """Start the next episodes from init state ``index`` (an eval episode's, :mod:`topo.envs.scheduled`)."""
         self.init_state_mode, self.init_state_id = "fixed", int(index)
 
+    @property
+    def topo_init_state(self) -> int | None:
+        """The init state the current episode started from (None: native random resets)."""
+        return self._current_init_state_index
+
     _topo_chosen: tuple | None = None  # the init state chosen ahead of LiberoEnv's reset, for it to take
 
     @contextlib.contextmanager

@@ -8,8 +8,11 @@ trainer numbers them (``round_of``, read at every reset); once this worker has r
 round, each reset gives an *idle* episode (one step, ``eval_episode`` -1, nothing simulated) until the
 next round starts.
 
-Every step carries ``eval_round``, ``eval_episode`` and the episode's running ``eval_success``,
-``eval_length`` and ``eval_return``: the trainer reads an episode's result at its last step.
+Every step carries ``eval_round``, ``eval_episode``, the init state the env says it started from
+(``eval_init_state``, -1 where it has none to say) and the episode's running ``eval_success``,
+``eval_length``, ``eval_return`` and ``eval_checksum`` (the sum of every numeric observation since its
+reset: two runs of one episode that see the same observations have the same checksum): the trainer reads
+an episode's result at its last step.
 """
 from __future__ import annotations
 
@@ -17,11 +20,12 @@ from typing import Any, Callable, Mapping
 
 import torch
 from tensordict import TensorDictBase
-from torchrl.data import Unbounded
+from torchrl.data import NonTensor, Unbounded
 from torchrl.envs import EnvBase
 
-FIELDS = {"eval_round": torch.int64, "eval_episode": torch.int64, "eval_success": torch.bool,
-          "eval_length": torch.int64, "eval_return": torch.float32}
+FIELDS = {"eval_round": torch.int64, "eval_episode": torch.int64, "eval_init_state": torch.int64,
+          "eval_success": torch.bool, "eval_length": torch.int64, "eval_return": torch.float32,
+          "eval_checksum": torch.float64}
 IDLE = -1
 
 
@@ -47,6 +51,8 @@ class ScheduledEnv(EnvBase):
         self.full_action_spec = self.inner.full_action_spec.clone()
         self.full_reward_spec = self.inner.full_reward_spec.clone()
         self.full_done_spec = self.inner.full_done_spec.clone()
+        self._observed = [key for key, spec in self.inner.full_observation_spec.items(True, True)
+                          if spec.dtype is not None and not isinstance(spec, NonTensor)]
         self.round = 0
         self._next = len(self._episodes)  # nothing to run before the first round
         self._current: dict | None = None
@@ -87,7 +93,7 @@ class ScheduledEnv(EnvBase):
                 self.inner.set_seed(episode["seed"])
             out = self.inner.reset()
         self._current = episode
-        self._stats = [False, 0, 0.0]
+        self._stats = [False, 0, 0.0, self._checksum(out) if episode is not None else 0.0]
         self._last = out.exclude(*self.full_done_spec.keys(True, True))
         return self._stamp(out)
 
@@ -100,7 +106,7 @@ class ScheduledEnv(EnvBase):
                 out.set(key, torch.full(self.full_done_spec[key].shape, key != "terminated", device=self.device))
             return self._stamp(out)
         out = self.inner._step(tensordict)
-        success, length, total = self._stats
+        success, length, total, checksum = self._stats
         length += 1
         total += float(out.get("reward").sum())
         if "success" in out.keys():
@@ -110,14 +116,19 @@ class ScheduledEnv(EnvBase):
             out.set("done", torch.ones_like(out.get("done")))
         if bool(out.get("done").any()) and "success" not in out.keys():
             success = bool(out.get("terminated", out.get("done")).any())
-        self._stats = [success, length, total]
+        self._stats = [success, length, total, checksum + self._checksum(out)]
         self._last = out.exclude(*self.full_done_spec.keys(True, True), *self.full_reward_spec.keys(True, True))
         return self._stamp(out)
 
+    def _checksum(self, out: TensorDictBase) -> float:
+        return float(sum(out.get(key).double().sum() for key in self._observed if key in out.keys(True, True)))
+
     def _stamp(self, out: TensorDictBase) -> TensorDictBase:
-        success, length, total = self._stats
+        success, length, total, checksum = self._stats
+        applied = getattr(self.inner, "topo_init_state", None)
         values = {"eval_round": self.round, "eval_episode": IDLE if self._current is None else self._current["episode"],
-                  "eval_success": success, "eval_length": length, "eval_return": total}
+                  "eval_init_state": -1 if applied is None else applied,
+                  "eval_success": success, "eval_length": length, "eval_return": total, "eval_checksum": checksum}
         for key, dtype in FIELDS.items():
             out.set(key, torch.tensor([values[key]], dtype=dtype, device=self.device))
         return out

@@ -35,7 +35,9 @@ def summarise(section: dict[str, Any], planned: dict[int, tuple], ended: dict[in
         seen = ended.get(number)
         row = {**{k: plan_episode.get(k) for k in ("episode", "task_id", "init_state_id", "trial", "seed")},
                "subcollector": sub, "worker": worker, "ended": seen is not None,
-               **({k: seen[k] for k in ("success", "length", "return", "acting_version")} if seen else {})}
+               **({k: seen.get(k) for k in ("init_state_applied", "success", "length", "return", "checksum",
+                                           "acting_version")}
+                  if seen else {})}
         episodes.append(row)
         task = tasks.setdefault(plan_episode.get("task_id"), {
             "task_id": plan_episode.get("task_id"), "instruction": plan_episode.get("instruction"),
@@ -47,11 +49,15 @@ def summarise(section: dict[str, Any], planned: dict[int, tuple], ended: dict[in
     per_task = [_rates(t) for t in tasks.values()]
     done = [e for e in episodes if e["ended"]]
     wrong = sorted(e["episode"] for e in done if e["acting_version"] not in (None, acting_version))
+    # the init state the env says it started from, where it says one, against the plan's
+    moved = sorted(e["episode"] for e in done if e["init_state_applied"] is not None
+                   and e["init_state_applied"] != e["init_state_id"])
     overall = _rates({"episodes": len(done), "successes": sum(e["success"] for e in done),
                       "lengths": [e["length"] for e in done]})
     return {"round": round_, "step": step, "policy_version": version, "acting_version": acting_version,
             "seconds": round(seconds, 3), "planned": len(planned), **overall,
-            "held_out": sorted(held_out), "tasks": per_task, "other_weights": wrong, "episodes_detail": episodes}
+            "held_out": sorted(held_out), "tasks": per_task, "other_weights": wrong, "other_init_states": moved,
+            "episodes_detail": episodes}
 
 
 def _rates(t: dict[str, Any]) -> dict[str, Any]:
@@ -94,6 +100,9 @@ def table(result: dict[str, Any]) -> str:
         lines.append(f"  {_text(t['task_id']):>5}  {'yes' if t['held_out'] else 'no':8}  {t['episodes']:>8}  "
                      f"{t['successes']:>7}  {_pct(t['success_rate']):>6}  {_ci(t['ci95']):>11}  "
                      f"{_text(t['mean_length']):>6}  {t['instruction'] or ''}")
+    if result["other_init_states"]:
+        lines.append(f"  warning: episodes {ids_text(result['other_init_states'])} started from other init states "
+                     "than planned")
     if result["other_weights"]:
         lines.append(f"  warning: episodes {ids_text(result['other_weights'])} acted with other weights than this round's")
     return "\n".join(lines)

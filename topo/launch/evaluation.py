@@ -32,7 +32,8 @@ from .policy import PolicySetup, build
 #: steps each eval worker takes per collected batch: small, so a round ends close to its last episode
 STEPS_PER_BATCH = 8
 EXPLORATION = {"deterministic": "DETERMINISTIC", "random": "RANDOM", "mode": "MODE", "mean": "MEAN"}
-FINISHED = ("eval_episode", "eval_round", "eval_success", "eval_length", "eval_return")
+FINISHED = ("eval_episode", "eval_round", "eval_init_state", "eval_success", "eval_length", "eval_return",
+            "eval_checksum")
 
 
 def run_plan(plan: dict[str, Any]) -> dict[str, Any]:
@@ -159,8 +160,11 @@ def finished(batch, number: int) -> list[dict[str, Any]]:
     mask = done & (fields["eval_round"] == number) & (fields["eval_episode"] >= 0)
     out = []
     for i in mask.nonzero().reshape(-1).tolist():
-        out.append({"episode": int(fields["eval_episode"][i]), "success": bool(fields["eval_success"][i]),
+        applied = int(fields["eval_init_state"][i])
+        out.append({"episode": int(fields["eval_episode"][i]), "init_state_applied": None if applied < 0 else applied,
+                    "success": bool(fields["eval_success"][i]),
                     "length": int(fields["eval_length"][i]), "return": float(fields["eval_return"][i]),
+                    "checksum": float(fields["eval_checksum"][i]),
                     "acting_version": int(versions[i]) if versions is not None else None})
     return out
 
