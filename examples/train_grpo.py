@@ -2,12 +2,15 @@
 
     python examples/train_grpo.py examples/toy_2x3.yaml                      # seconds, no simulator
     python examples/train_grpo.py examples/libero_cpu.yaml --iterations 3    # real LIBERO, on the CPU
+    python examples/train_grpo.py examples/toy_eval.yaml --iterations 80 --lr 1e-2   # evaluated every 20
 
 The spec's ``policy`` section names the factory (``topo.policies.tinyvla:make``) and where the copies
 that act run (each subcollector, or one inference server). This script builds its own copy from the
 same factory, iterates the collector topo builds, takes one policy-gradient step per batch with
 advantages normalised within each GRPO group id, and pushes its weights to every acting copy each
-iteration. Every row of a batch says which weights acted (``policy_version``).
+iteration. Every row of a batch says which weights acted (``policy_version``). A spec with an ``eval``
+section is evaluated before training (the baseline) and as it says (``eval.every``); each evaluation's
+table is printed as it ends.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import time
 import torch
 
 import topo
+from topo import eval_table
 
 
 def group_advantages(reward: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
@@ -42,7 +46,11 @@ def main() -> None:
     policy = plan.make_policy()  # the trainer's copy, from the factory the acting copies come from
     optim = torch.optim.Adam(policy.parameters(), lr=args.lr)
 
+    shown: list[dict] = []
     with topo.collector(plan, policy=policy, report_dir=args.report) as run:
+        if plan.data.get("eval"):
+            print(eval_table(run.evaluate(step=0)), flush=True)  # the untrained policy: the baseline
+            shown.append(run.evaluations[0])
         for i, batch in enumerate(run.collector):
             flat = batch.reshape(-1)
             reward = flat["next", "reward"].reshape(-1)
@@ -57,6 +65,9 @@ def main() -> None:
             acted = sorted({int(v) for v in batch["policy_version"].flatten().tolist()})
             print(f"iteration {i}: {flat.numel()} steps, mean reward {reward.mean():+.4f}, loss {loss.item():+.4f}, "
                   f"acted with weights v{acted}, pushed v{version} in {time.perf_counter() - started:.3f}s", flush=True)
+            for result in run.evaluations[len(shown):]:
+                shown.append(result)
+                print(eval_table(result), flush=True)
             if i + 1 >= args.iterations:
                 break
     print(run.report)

@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Checked", "LaunchError", "Plan", "PlanSource", "Row", "Source", "SpecError", "StalePlanError", "Subcollector",
-    "TopoError", "UsageError", "__version__", "collector", "compile_source", "compile_spec", "load", "load_spec",
-    "validate",
+    "TopoError", "UsageError", "__version__", "collector", "compile_source", "compile_spec", "eval_table", "load",
+    "load_spec", "validate",
 ]
 
 
@@ -56,3 +56,11 @@ def collector(source: PlanSource | Plan, **options: Any) -> Run:
     from .launch.session import collector as run
 
     return run(source, **options)
+
+
+def eval_table(result: dict[str, Any]) -> str:
+    """An evaluation's result (``run.evaluate()``, ``run.evaluations``) as a person reads it: the headline
+    (successes, rate, 95 % interval, the weights version) and one line per task, held-out ones marked."""
+    from .launch.eval_results import table
+
+    return table(result)
