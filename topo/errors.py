@@ -64,12 +64,14 @@ class LaunchError(TopoError):
     def format(self) -> str:
         lines = [f"error: {self}"]
         if self.subcollector is not None:
-            where = f"subcollector {self.subcollector}"
+            kind = "eval " if (self.row or {}).get("role") == "eval" else ""  # a row of the plan's eval section
+            where = f"{kind}subcollector {self.subcollector}"
             if self.worker is not None:
-                where += f", worker {self.worker}"
+                where += f", {kind}worker {self.worker}"
             lines.append(f"  at {where}")
         if self.row:
-            keys = ("global_index", "task_id", "seed", "group_id_offset", "init_state_id", "render_gpu", "instruction")
+            keys = ("global_index", "task_id", "seed", "group_id_offset", "init_state_id", "render_gpu", "instruction",
+                    "tasks", "episodes")
             lines.append("  plan row: " + ", ".join(f"{k}={self.row[k]!r}" for k in keys if k in self.row))
         if self.traceback:
             lines.append("  worker traceback:")

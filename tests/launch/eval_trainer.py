@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -85,4 +86,10 @@ def kill_soon(run) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from topo.errors import LaunchError
+
+    try:
+        main()
+    except LaunchError as err:
+        emit(event="failed", formatted=err.format())
+        sys.exit(err.exit_code)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 
 from topo.rundir import RUN_DIR_VAR
 
@@ -147,13 +148,25 @@ def test_a_killed_trainer_leaves_no_process_of_either_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_killed_eval_worker_is_restarted_from_its_row_and_the_round_still_counts_each_episode_once(tmp_path):
-    report = tmp_path / "report"
+@pytest.mark.parametrize("restarts", [0, 1])
+def test_a_killed_eval_worker_is_named_or_restarted_from_its_row(tmp_path, restarts):
+    """Restarts off: the trainer's evaluate() raises naming the eval worker and its row. On: the round
+    still counts each planned episode once (the restarted worker runs its episodes again)."""
     spec = eval_spec(tmp_path, every=None, max_episode_steps=40)
-    data = json.loads(json.dumps(__import__("yaml").safe_load(spec.read_text())))
-    data["launch"]["restarts"] = {"max": 1}
+    data = yaml.safe_load(spec.read_text())
+    data["launch"]["restarts"] = {"max": restarts}
     write(spec, data)
-    done, events = train(spec, report, "--iterations", "1", "--then", "kill-eval-worker")
+    done, events = train(spec, tmp_path / "report", "--iterations", "1", "--then", "kill-eval-worker")
+    (killed,) = [e["pid"] for e in events if e["event"] == "killed"]
+    if restarts == 0:
+        assert done.returncode == 1
+        (failed,) = [e["formatted"] for e in events if e["event"] == "failed"]
+        assert failed.splitlines() == [
+            f"error: evaluation failed: env worker died while collecting without a traceback (killed by SIGKILL, "
+            f"pid {killed}); restarts are off (launch.restarts)",
+            "  at eval subcollector 0, eval worker 1",
+            "  plan row: global_index=1, seed=104, render_gpu=None, tasks=[2, 3], episodes='2-3'"]
+        return
     assert done.returncode == 0, done.stderr[-3000:]
     (evaluated,) = [e for e in events if e["event"] == "evaluated"]
     result = evaluated["result"]
@@ -193,3 +206,22 @@ def test_topo_eval_evaluates_a_checkpoint_and_refuses_a_plan_without_eval(tmp_pa
                               "topo.policies.tinyvla:make"], env=subprocess_env(), capture_output=True, text=True,
                              timeout=120)
     assert refused.returncode == 2 and "this plan has no eval section" in refused.stderr
+
+
+@pytest.mark.slow
+def test_topo_launch_evaluates_once_after_its_batches_and_reports_it(tmp_path):
+    spec = eval_spec(tmp_path, every=None)
+    report = tmp_path / "report"
+    done = subprocess.run([sys.executable, "-m", "topo.cli", "launch", str(spec), "--batches", "2", "--report",
+                           str(report)], env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    s = json.loads((report / "summary.json").read_text())
+    (round_,) = s["evaluation"]["rounds"]
+    assert (round_["round"], round_["policy_version"], round_["episodes"], round_["planned"]) == (1, 0, 6, 6)
+    assert "  evaluation: 1 round(s), 0 skipped; last: " in done.stdout
+    assert "    eval workers: 4, env constructions trainer 0, server 0, subcollector 0, worker 4, env closes 4/4, " \
+           "left behind 0, alive after 0" in done.stdout
+    no_eval = subprocess.run([sys.executable, "-m", "topo.cli", "launch", str(spec), "--no-eval", "--report",
+                              str(tmp_path / "plain")], env=subprocess_env(), capture_output=True, text=True,
+                             timeout=HANG_GUARD_S)
+    assert no_eval.returncode == 0 and "evaluation" not in no_eval.stdout

@@ -50,7 +50,7 @@ def launch(source, batches, policy_factory, report_dir, quiet, startup_timeout, 
 
         run = Run(plan, policy_factory=policy_factory, report_dir=report_dir, progress=not quiet,
                   progress_while_collecting=True, startup_timeout=startup_timeout,
-                  max_concurrent_starts=max_concurrent_starts, process_logs=True)
+                  max_concurrent_starts=max_concurrent_starts, process_logs=True, evaluation=evaluate_too)
         run.extra.update(batches_requested=batches, batches_collected=0)
         with run:
             for _ in run.collector:

@@ -23,6 +23,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from .. import child
+from ..diagnostics import ids_text
 from ..errors import LaunchError, UsageError
 from ..rundir import RUN_DIR_VAR
 from . import processes
@@ -113,7 +114,9 @@ class EvalService:
             except EOFError as exc:
                 raise LaunchError(self._died()) from exc
             if "error" in message:
-                raise LaunchError(f"evaluation failed: {message['error']}")
+                raise LaunchError(f"evaluation failed: {message['error']}", subcollector=message.get("subcollector"),
+                                  worker=message.get("worker"), row=message.get("row"),
+                                  traceback=message.get("traceback"))
             self._pending -= 1
             self.results.append(message["result"])
             if self._queued and not self._pending:
@@ -185,11 +188,22 @@ def main(argv: list[str]) -> int:
             conn.send({"result": result})
     except BaseException as exc:  # noqa: BLE001 - the trainer hears of it, then the run tears down
         error = exc
-        _send(conn, {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+        _send(conn, _failure(exc))
     raised = evaluation.close(error)
     report = evaluation.report.data if evaluation.report is not None else None
     _send(conn, {"report": report})
     return 0 if raised is None else 1
+
+
+def _failure(exc: BaseException) -> dict[str, Any]:
+    """What the trainer raises: the eval run's failure, its eval worker and row (episodes as their numbers)."""
+    if not isinstance(exc, LaunchError):
+        return {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+    row = {k: v for k, v in (exc.row or {}).items() if k not in ("kwargs", "episodes") and v is not None}
+    if exc.row and exc.row.get("episodes"):
+        row["episodes"] = ids_text(e["episode"] for e in exc.row["episodes"])
+    return {"error": str(exc), "subcollector": exc.subcollector, "worker": exc.worker, "row": row or None,
+            "traceback": exc.traceback}
 
 
 def _send(conn, message: dict) -> None:

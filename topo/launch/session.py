@@ -11,7 +11,8 @@ lives in its own module: no env outside env workers (:mod:`.local`, :mod:`.polic
 on, checked first (:mod:`.boundary`); the first failure named (:mod:`.monitor` decides, :mod:`.delivery`
 brings it to the trainer); restarts with the plan's rows (:mod:`.restarts`, :mod:`.recovery`,
 :mod:`.respawn`); teardown within one deadline (:mod:`.teardown`, and :mod:`.watcher` if the trainer is
-killed); the trainer's process state put back (:mod:`.trainer`); the report (:mod:`.report`).
+killed); the trainer's process state put back (:mod:`.trainer`); the report (:mod:`.report`); the plan's
+evaluation in an eval process of its own (:mod:`.eval_service`).
 """
 from __future__ import annotations
 
@@ -48,7 +49,9 @@ class Run:
 
     Attributes: ``plan``; ``collector`` (the torchrl collector, once started); ``report`` (a
     :class:`~topo.launch.report.Report`, once ended); ``run_dir``; ``policy_version`` (weight updates
-    pushed so far); ``restarts`` (subcollector restarts so far); ``failure`` (what failed, if anything).
+    pushed so far); ``restarts`` (subcollector restarts so far); ``failure`` (what failed, if anything);
+    ``evaluations`` (each evaluation's result so far: :meth:`evaluate`, ``eval.every``).
+    ``evaluation=False`` starts no eval process even when the plan has an eval section.
     """
 
     _active: Run | None = None  # the run started in this process and not yet ended
@@ -56,11 +59,13 @@ class Run:
     def __init__(self, plan: dict[str, Any], *, policy_factory: str | Callable | None = None, policy=None,
                  report_dir: str | None = None, progress: bool = True, progress_while_collecting: bool = False,
                  startup_timeout: float | None = None, max_concurrent_starts: int | None = None,
-                 process_logs: bool = False, command: dict | None = None, **collector_kwargs: Any):
+                 process_logs: bool = False, command: dict | None = None, evaluation: bool = True,
+                 **collector_kwargs: Any):
         self.plan = plan
         self.setup, self.features, self.torchrl, self.engine, self.placement = _parts(plan, policy_factory, policy,
                                                                                     collector_kwargs)
         self.report_dir, self.process_logs, self.collector_kwargs = report_dir, process_logs, collector_kwargs
+        self.evaluation = evaluation  # False: no eval process even when the plan has an eval section
         # with process logs, the processes started get this process's stdout/stderr as a file: progress keeps the terminal
         stream = os.fdopen(os.dup(2), "w", buffering=1) if process_logs and progress else sys.stderr
         self.progress = Progress(progress, stream=stream, collecting=progress_while_collecting)
@@ -200,7 +205,7 @@ class Run:
             if raised is exc:
                 raise
             raise raised from exc
-        if self.plan.get("eval"):
+        if self.plan.get("eval") and self.evaluation:
             self.eval = EvalService(self.plan, self.state.run.path, policy_factory=self.setup.factory if self.setup else None,
                                     startup_timeout=self.startup_timeout, process_logs=self.process_logs)
             self.eval.start()  # it builds its eval collector while this one collects
