@@ -50,13 +50,17 @@ def assert_trainer_state_restored(events: list[dict]) -> None:
 
 @pytest.mark.parametrize("placement", ["subcollector", "server"])
 def test_the_policy_acts_with_the_weights_the_trainer_pushed(tmp_path, placement):
-    done, events = train(tmp_path, "--placement", placement, "--iterations", 3)
+    """Every row of a batch carries the version last pushed, and the copies act as the trainer's copy does; an
+    optimizer step is not seen until update_weights (the first one is skipped): no copy shares the trainer's
+    parameters. The subcollector placement runs the default weight sync, shared_mem."""
+    done, events = train(tmp_path, "--placement", placement, "--then", "skip-first-update", "--iterations", 4)
     t_end = time.time()
     assert done.returncode == 0, done.stderr
     batches = of(events, "batch")
-    assert [b["versions"] for b in batches] == [[0], [1], [2]]  # every row of batch i: the i-th update
+    assert [b["versions"] for b in batches] == [[0], [0], [1], [2]]  # every row of batch i: the update pushed before it
     assert all(b["shape"][:2] == [2, 2] for b in batches)  # sync: 2 subcollectors x 2 workers
-    assert max(b["diff"] for b in batches) < 1e-5  # the trainer's copy computes the same actions
+    assert batches[1]["diff"] > 1e-3  # the trainer stepped; the copies still act with version 0
+    assert max(b["diff"] for i, b in enumerate(batches) if i != 1) < 1e-5  # pushed: the trainer's copy computes the same
     assert [u["version"] for u in of(events, "update")] == [1, 2, 3]
     report = of(events, "after")[0]["report"]
     assert report["ok"]
@@ -88,23 +92,16 @@ def test_on_a_torchrl_without_the_restart_names_training_runs_with_restarts_off(
     assert_nothing_left(report, t_end)
 
 
-@pytest.mark.parametrize("weight_sync", ["shared_mem", "multiprocess"])
-def test_the_copies_act_with_pushed_weights_only(tmp_path, weight_sync):
-    """An optimizer step is not seen until update_weights: no copy shares the trainer's parameters."""
-    done, events = train(tmp_path, "--weight-sync", weight_sync, "--then", "skip-first-update", "--iterations", 3)
+def test_multiprocess_weight_sync_reaches_every_subcollector_with_pushed_weights_only(tmp_path):
+    """The multiprocess scheme: an optimizer step is not seen until update_weights, then every row acts with it
+    (shared_mem, the default: test_the_policy_acts_with_the_weights_the_trainer_pushed)."""
+    done, events = train(tmp_path, "--weight-sync", "multiprocess", "--then", "skip-first-update", "--iterations", 3)
     assert done.returncode == 0, done.stderr
     batches = of(events, "batch")
-    assert [b["versions"] for b in batches] == [[0], [0], [1]]
+    assert [b["versions"] for b in batches] == [[0], [0], [1]]  # batch 2: every row of every subcollector at 1
     assert batches[0]["diff"] < 1e-5
     assert batches[1]["diff"] > 1e-3  # the trainer stepped; the copies still act with version 0
     assert batches[2]["diff"] < 1e-5  # pushed: they act with the trainer's weights again
-
-
-def test_multiprocess_weight_sync_reaches_every_subcollector(tmp_path):
-    done, events = train(tmp_path, "--weight-sync", "multiprocess", "--iterations", 2)
-    assert done.returncode == 0, done.stderr
-    assert [b["versions"] for b in of(events, "batch")] == [[0], [1]]
-    assert max(b["diff"] for b in of(events, "batch")) < 1e-5
 
 
 def test_an_exception_in_the_loop_tears_down_and_still_writes_the_report(tmp_path):
