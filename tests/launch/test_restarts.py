@@ -171,17 +171,26 @@ def test_async_a_killed_worker_loses_only_its_subcollector_rollout(tmp_path):
     assert_nothing_left(report, t_end)
 
 
-def test_a_killed_subcollector_restarts(tmp_path):
-    done, events = collect(tmp_path, restarting(), "--do", "kill:subcollector:1", "--after", 4)
+def test_a_killed_subcollector_restarts_then_one_that_stops_answering_is_found_and_restarted(tmp_path):
+    """One run, two restarts: subcollector 1 SIGKILLed starts again; once it collects, subcollector 0 is
+    SIGSTOPped: found by its missing steps within hang_timeout, killed and started again."""
+    spec = restarting(restarts=2, hang_timeout=3)
+    done, events = collect(tmp_path, spec, "--do", "kill:subcollector:1", "--do", "stop:subcollector:0", "--after", 4)
     t_end = time.time()
     assert done.returncode == 0 and not of(events, "launch-error"), done.stderr
-    (action,) = of(events, "done")
+    killed, stopped = of(events, "done")
+    assert (killed["action"], stopped["action"]) == ("kill:subcollector:1", "stop:subcollector:0")
     report = of(events, "after")[0]["report"]
-    (restart,) = report["restarts"]
-    assert (restart["cause"]["kind"], restart["cause"]["subcollector"], restart["cause"]["pid"], restart["cause"]["how"]) \
-        == ("subcollector-died", 1, action["pid"], "killed by SIGKILL")
-    assert restart["first_batch"]["status"] == "ok"
-    assert report["processes"]["subcollector_exit_codes"] == [0, 0]  # the restarted one shut down cleanly
+    died, hung = report["restarts"]
+    assert (died["cause"]["kind"], died["cause"]["subcollector"], died["cause"]["pid"], died["cause"]["how"]) \
+        == ("subcollector-died", 1, killed["pid"], "killed by SIGKILL")
+    assert died["first_batch"]["status"] == "ok"
+    cause = hung["cause"]
+    assert (cause["kind"], cause["subcollector"], cause["pid"]) == ("subcollector-hung", 0, stopped["pid"])
+    assert "no env step for" in cause["message"] and "hang_timeout 3s" in cause["message"]
+    found_after = cause["at"] - stopped["time"] + hung["decided_s"] - hung["failed_s"]
+    assert 2.5 < found_after < 3 + 1.5  # the deadline after its last step or ask, + the heartbeat scan
+    assert report["processes"]["subcollector_exit_codes"] == [0, 0]  # the restarted ones shut down cleanly
     assert_nothing_left(report, t_end)
 
 
@@ -205,21 +214,6 @@ def test_sigkill_of_the_trainer_during_a_restart_leaves_no_process(tmp_path):
     assert set(restarted) <= named and set(restarted) <= set(record["terminated"])
     assert record["left"] == []
     wait_for(lambda: alive(named, time.time()) == [], timeout=30, what="every process of the run to be gone")
-
-
-def test_a_subcollector_that_stops_answering_is_found_and_restarted(tmp_path):
-    done, events = collect(tmp_path, restarting(hang_timeout=3), "--do", "stop:subcollector:0", "--after", 4)
-    t_end = time.time()
-    assert done.returncode == 0 and not of(events, "launch-error"), done.stderr
-    (action,) = of(events, "done")
-    report = of(events, "after")[0]["report"]
-    (restart,) = report["restarts"]
-    cause = restart["cause"]
-    assert (cause["kind"], cause["subcollector"], cause["pid"]) == ("subcollector-hung", 0, action["pid"])
-    assert "no env step for" in cause["message"] and "hang_timeout 3s" in cause["message"]
-    found_after = cause["at"] - action["time"] + restart["decided_s"] - restart["failed_s"]
-    assert 2.5 < found_after < 3 + 1.5  # the deadline after its last step or ask, + the heartbeat scan
-    assert_nothing_left(report, t_end)
 
 
 def test_a_hung_step_is_found_named_and_restarted(tmp_path):
