@@ -127,16 +127,25 @@ def test_a_worker_killed_mid_training_is_named_with_its_plan_row(tmp_path):
     assert_trainer_state_restored(events)
 
 
-def test_a_weight_update_never_waits_on_a_dead_subcollector(tmp_path):
-    """torchrl's shared-memory scheme waits for every subcollector's ack, without a timeout."""
+def test_a_subcollector_killed_while_collecting_is_named_and_a_weight_update_never_waits_on_it(tmp_path):
+    """Subcollector 0 SIGKILLed after the first batch: the run fails naming it and its pid (what `topo launch`
+    prints: exit code 1, "at subcollector 0"), everything is torn down; and the weight update in flight does
+    not wait for its ack (torchrl's shared-memory scheme waits for every subcollector's, without a timeout)."""
     started = time.monotonic()
     done, events = train(tmp_path, "--then", "kill-subcollector-then-update", "--iterations", 5)
     took = time.monotonic() - started
+    t_end = time.time()
     assert done.returncode == 0, done.stderr
+    (killed,) = of(events, "killed")
     (err,) = of(events, "launch-error")
-    assert err["subcollector"] == 0 and "subcollector process ended unexpectedly (killed by SIGKILL" in err["message"]
+    assert err["subcollector"] == 0 and err["worker"] is None and err["exit_code"] == 1
+    assert f"subcollector process ended unexpectedly (killed by SIGKILL, pid {killed['pid']})" in err["message"]
+    assert "  at subcollector 0" in err["formatted"].splitlines()
     assert of(events, "update") == []  # the update in flight was interrupted, not completed
     assert took < HANG_GUARD_S / 2
+    report = of(events, "after")[0]["report"]
+    assert report["error"]["failure"]["kind"] == "subcollector-died"
+    assert_nothing_left(report, t_end)
     assert_trainer_state_restored(events)
 
 
