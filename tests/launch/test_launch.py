@@ -25,38 +25,32 @@ GYM_2X3 = {
 
 
 @pytest.mark.slow
-def test_toy_2x3_from_spec(tmp_path):
+def test_toy_2x3_from_spec_with_a_policy_from_the_command_line(tmp_path):
+    """A spec, and a policy given on the command line that acts in every subcollector."""
     spec = write(tmp_path / "toy.yaml", toy_spec(2, 3))
-    report = tmp_path / "report"
-    result = launch(spec, "--report", report)
-    t_end = time.time()
-    assert result.returncode == 0, result.stderr
-    assert "run ok" in result.stdout and "worker 6" in result.stdout
-    plan = topo.compile_spec(str(spec))
-    s = assert_clean_launch(report, plan, t_end)
-    assert_first_batch_matches(s, plan)
-    assert len({r["instruction"] for sub in plan["subcollectors"] for r in sub["workers"]}) == 3
-
-
-@pytest.mark.slow
-def test_a_policy_from_the_command_line_acts_in_every_subcollector(tmp_path):
-    spec = write(tmp_path / "toy.yaml", toy_spec(2, 2))
     report = tmp_path / "report"
     result = launch(spec, "--report", report, "--batches", "2", "--policy", "topo.policies.tinyvla:make")
     t_end = time.time()
     assert result.returncode == 0, result.stderr
+    assert "run ok" in result.stdout and "worker 6" in result.stdout
     assert "policy topo.policies.tinyvla:make in each subcollector, with the factory's weights" in result.stdout
     plan = topo.compile_spec(str(spec))
     s = assert_clean_launch(report, plan, t_end)  # 0 envs outside env workers, with a policy
     assert_first_batch_matches(s, plan)
+    assert len({r["instruction"] for sub in plan["subcollectors"] for r in sub["workers"]}) == 3
+    assert s["launch"]["batches_collected"] == 2
     assert (s["policy"]["factory"], s["policy"]["trainer_policy"], s["policy"]["updates"]) == (
         "topo.policies.tinyvla:make", False, 0)
     assert [e["policy_versions"] for e in s["first_batch"]] == [None, None]  # no trainer weights: not versioned
 
 
 @pytest.mark.slow
-def test_toy_2x3_from_saved_plan(tmp_path):
-    spec = write(tmp_path / "toy.yaml", toy_spec(2, 3))
+def test_a_saved_plan_of_one_forkserver_subcollector_keeps_its_env_in_a_worker(tmp_path):
+    """A plan written by `topo plan`, launched with the spec it came from (no policy, --quiet); its one
+    subcollector of one worker keeps the env in a worker process, started the plan's way (forkserver)."""
+    topology = {"subcollectors": 1, "workers_per_subcollector": 1,
+                "start_method": {"subcollectors": "forkserver", "workers": "spawn"}}
+    spec = write(tmp_path / "one.yaml", toy_spec(1, 1, topology=topology))
     plan_path = tmp_path / "plan.json"
     plan_path.write_text(dumps(topo.compile_spec(str(spec))))
     report = tmp_path / "report"
@@ -65,7 +59,9 @@ def test_toy_2x3_from_saved_plan(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout == ""  # --quiet
     plan = json.loads(plan_path.read_text())
-    assert_first_batch_matches(assert_clean_launch(report, plan, t_end), plan)
+    s = assert_clean_launch(report, plan, t_end)  # the env is not in the subcollector (no SerialEnv)
+    assert_first_batch_matches(s, plan)
+    assert s["processes"]["subcollector_start_methods"] == ["forkserver"]  # the plan's, not torchrl's spawn
 
 
 @pytest.mark.slow
@@ -80,21 +76,6 @@ def test_gym_2x3_async_with_start_slots(tmp_path):
     assert s["launch"]["max_concurrent_starts"] == 2
     assert 1 <= s["launch"]["peak_concurrent_starts"] <= 2
     assert [e["status"] for e in s["first_batch"]] == ["nothing observable"] * 2  # gym: no instruction, no group id
-
-
-@pytest.mark.slow
-def test_one_worker_subcollector_keeps_its_env_in_a_worker(tmp_path):
-    topology = {"subcollectors": 1, "workers_per_subcollector": 1,
-                "start_method": {"subcollectors": "forkserver", "workers": "spawn"}}
-    spec = write(tmp_path / "one.yaml", toy_spec(1, 1, topology=topology))
-    report = tmp_path / "report"
-    result = launch(spec, "--report", report, "--quiet")
-    t_end = time.time()
-    assert result.returncode == 0, result.stderr
-    plan = topo.compile_spec(str(spec))
-    s = assert_clean_launch(report, plan, t_end)  # the env is not in the subcollector (no SerialEnv)
-    assert_first_batch_matches(s, plan)
-    assert s["processes"]["subcollector_start_methods"] == ["forkserver"]  # the plan's, not torchrl's spawn
 
 
 @pytest.mark.slow

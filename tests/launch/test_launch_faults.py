@@ -1,8 +1,9 @@
 """Faults during a real launch: the message names the worker to blame, the exit code says what
-happened, and every process the launch started is gone (checked by pid) when `topo launch` returns."""
+happened, and every process the launch started is gone (checked by pid) when `topo launch` returns.
+A subcollector SIGKILLed while collecting: tests/launch/test_training_api.py (the same failure, its message,
+exit code and teardown, with a weight update in flight)."""
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -58,15 +59,15 @@ def test_worker_exiting_without_traceback(tmp_path):
 def test_worker_hanging_past_the_startup_deadline_deaf_to_sigterm(tmp_path):
     spec = write(tmp_path / "hang.yaml", user_spec("faulty:hanging", 1, 2, fault_seed=1, ignore_sigterm=True))
     report = tmp_path / "report"
-    result = launch(spec, "--report", report, "--quiet", "--startup-timeout", "30")
+    result = launch(spec, "--report", report, "--quiet", "--startup-timeout", "20")
     t_end = time.time()
     assert result.returncode == 1, result.stderr
-    assert "startup deadline of 30s passed" in result.stderr
+    assert "startup deadline of 20s passed" in result.stderr
     hung = re.search(r"sub0/w1 constructing for [\d.]+s \(pid (\d+)\)", result.stderr)
     assert hung, result.stderr
     assert_no_bare_traceback(result.stderr)
     s = assert_torn_down(report, t_end)
-    assert s["launch"]["startup_timeout_s"] == 30
+    assert s["launch"]["startup_timeout_s"] == 20
     assert int(hung.group(1)) in s["processes"]["killed"]  # it ignored SIGTERM: SIGKILL was needed
 
 
@@ -117,20 +118,6 @@ def test_signal_during_collection_closes_every_env(tmp_path, signum):
     s = assert_torn_down(report, t_end)
     assert s["env_closes"] == {"constructed": 4, "closed": 4}  # the collector shut down gracefully
     assert s["processes"]["left_behind"] == []
-
-
-def test_subcollector_killed_during_collection(tmp_path):
-    proc, report = _start(tmp_path, toy_spec(2, 2), "--batches", str(10**9))
-    wait_for(lambda: _collecting(report), what="the first batch")
-    (victim,) = [m["pid"] for m in _markers(report, "subcollector") if m["index"] == 0]
-    os.kill(victim, signal.SIGKILL)
-    _, err = proc.communicate(timeout=HANG_GUARD_S)
-    t_end = time.time()
-    assert proc.returncode == 1, err
-    assert f"subcollector process ended unexpectedly (killed by SIGKILL, pid {victim})" in err
-    assert "at subcollector 0" in err
-    assert_no_bare_traceback(err)
-    assert_torn_down(report, t_end)
 
 
 @pytest.mark.parametrize("placement", ["subcollector", "server"])

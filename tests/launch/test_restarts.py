@@ -171,70 +171,91 @@ def test_async_a_killed_worker_loses_only_its_subcollector_rollout(tmp_path):
     assert_nothing_left(report, t_end)
 
 
-def test_a_killed_subcollector_restarts(tmp_path):
-    done, events = collect(tmp_path, restarting(), "--do", "kill:subcollector:1", "--after", 4)
+def test_a_hung_step_a_killed_subcollector_and_one_that_stops_answering_each_restart_it(tmp_path):
+    """One run, three restarts in turn, each once the one before collects: the env step of worker 1 of
+    subcollector 1 never returns (found, named, restarted); then subcollector 1 is SIGKILLed (restarted);
+    then subcollector 0 is SIGSTOPped: found by its missing steps within hang_timeout, killed, restarted."""
+    spec = user_spec("faulty:hanging_step", 2, 2, fault_seed=3, after_steps=4)
+    spec["assignment"].update(tasks=[0, 1], instructions={0: "push left", 1: "push right"},
+                              groups={"size": 1, "candidate_size": 2})
+    spec["launch"].update(restarts={"max": 3}, hang_timeout=3)
+    done, events = collect(tmp_path, spec, "--faults", 1, "--do", "kill:subcollector:1", "--do", "stop:subcollector:0",
+                           "--after", 4)
     t_end = time.time()
     assert done.returncode == 0 and not of(events, "launch-error"), done.stderr
-    (action,) = of(events, "done")
+    killed, stopped = of(events, "done")
+    assert (killed["action"], stopped["action"]) == ("kill:subcollector:1", "stop:subcollector:0")
     report = of(events, "after")[0]["report"]
-    (restart,) = report["restarts"]
-    assert (restart["cause"]["kind"], restart["cause"]["subcollector"], restart["cause"]["pid"], restart["cause"]["how"]) \
-        == ("subcollector-died", 1, action["pid"], "killed by SIGKILL")
-    assert restart["first_batch"]["status"] == "ok"
-    assert report["processes"]["subcollector_exit_codes"] == [0, 0]  # the restarted one shut down cleanly
+    step, died, hung = report["restarts"]
+
+    cause = step["cause"]
+    assert (cause["kind"], cause["subcollector"], cause["worker"]) == ("worker-hung", 1, 1)  # seed 3: global index 3
+    assert "its step has not returned for" in cause["message"] and cause["pid"] in step["replaced"]["workers"]
+    assert step["seeds"]["applied"] == [6, 7]  # seeds 2, 3 + 4: the restart does not hang
+
+    assert (died["cause"]["kind"], died["cause"]["subcollector"], died["cause"]["pid"], died["cause"]["how"]) \
+        == ("subcollector-died", 1, killed["pid"], "killed by SIGKILL")
+    assert died["first_batch"]["status"] == "ok"
+
+    cause = hung["cause"]
+    assert (cause["kind"], cause["subcollector"], cause["pid"]) == ("subcollector-hung", 0, stopped["pid"])
+    assert "no env step for" in cause["message"] and "hang_timeout 3s" in cause["message"]
+    found_after = cause["at"] - stopped["time"] + hung["decided_s"] - hung["failed_s"]
+    assert 2.5 < found_after < 3 + 1.5  # the deadline after its last step or ask, + the heartbeat scan
+    assert report["processes"]["subcollector_exit_codes"] == [0, 0]  # the restarted ones shut down cleanly
     assert_nothing_left(report, t_end)
 
 
 def test_sigkill_of_the_trainer_during_a_restart_leaves_no_process(tmp_path):
-    """The trainer dies while subcollector 0 starts again: the watcher ends the old processes and the new."""
-    path = write(tmp_path / "spec.yaml", restarting())
-    proc = subprocess.Popen([sys.executable, str(COLLECT), str(path), "--report", str(tmp_path / "report"),
-                             "--do", "kill:worker:0:1", "--at", "1"],
+    """The trainer (its policy's weights pushed to every subcollector) dies while subcollector 1 starts again
+    (its worker 1 killed): the watcher ends the old processes and the new; every process of the run, found by
+    its environment (forkservers included), is gone."""
+    spec = write(tmp_path / "toy.yaml", toy_spec(2, 2))
+    proc = subprocess.Popen([sys.executable, str(TRAINER), str(spec), "--then", "kill-worker", "--restarts", "1",
+                             "--iterations", str(10**9), "--report", str(tmp_path / "report")],
                             env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
-        run_dir = _event(proc, "ready")["run_dir"]
-        _event(proc, "done")
-        restarted = wait_for(lambda: [m["pid"] for m in RunDir(run_dir).read_all("markers") if m["restart"]],
-                             what="a process of the restart")
+        ready = _event(proc, "ready")
+        run_dir = ready["run_dir"]
+        _event(proc, "killed")
+        _event(proc, "update")  # a weight update reached the subcollectors
+        markers = lambda: RunDir(run_dir).read_all("markers")  # noqa: E731
+        restarted = wait_for(lambda: [m["pid"] for m in markers() if m["restart"]], what="a process of the restart")
+        running = {m["pid"] for m in markers() if not m["restart"] and _subcollector_of(m) == 0}  # not restarted
+        ours = _of_run(run_dir)
+        assert len(running) == 1 + 2 and running | set(restarted) <= set(ours)
+        assert set(ours) - {m["pid"] for m in markers()}  # a forkserver: named by no marker, found by its environment
     finally:
         proc.kill()
         proc.wait()
     wait_for(lambda: os.path.exists(os.path.join(run_dir, "watcher.json")), timeout=60, what="the watcher's record")
     record = json.loads(open(os.path.join(run_dir, "watcher.json")).read())
-    named = {m["pid"] for m in RunDir(run_dir).read_all("markers")}  # first starts and the restart's processes
-    assert set(restarted) <= named and set(restarted) <= set(record["terminated"])
+    named = {m["pid"] for m in markers()}  # first starts and the restart's processes
+    assert record["trainer"] == ready["trainer"]
+    assert set(restarted) <= named and (running | set(restarted)) <= set(record["terminated"])
     assert record["left"] == []
     wait_for(lambda: alive(named, time.time()) == [], timeout=30, what="every process of the run to be gone")
+    wait_for(lambda: not _of_run(run_dir), timeout=30, what="every process of the run to be gone, by environment")
+    assert alive(set(ours), time.time()) == []
 
 
-def test_a_subcollector_that_stops_answering_is_found_and_restarted(tmp_path):
-    done, events = collect(tmp_path, restarting(hang_timeout=3), "--do", "stop:subcollector:0", "--after", 4)
-    t_end = time.time()
-    assert done.returncode == 0 and not of(events, "launch-error"), done.stderr
-    (action,) = of(events, "done")
-    report = of(events, "after")[0]["report"]
-    (restart,) = report["restarts"]
-    cause = restart["cause"]
-    assert (cause["kind"], cause["subcollector"], cause["pid"]) == ("subcollector-hung", 0, action["pid"])
-    assert "no env step for" in cause["message"] and "hang_timeout 3s" in cause["message"]
-    found_after = cause["at"] - action["time"] + restart["decided_s"] - restart["failed_s"]
-    assert 2.5 < found_after < 3 + 1.5  # the deadline after its last step or ask, + the heartbeat scan
-    assert_nothing_left(report, t_end)
+def _subcollector_of(marker: dict) -> int | None:
+    """The subcollector a marker's process belongs to (its own, a worker's, or its policy's)."""
+    if "worker" in marker:
+        return marker["worker"]["subcollector"]
+    return marker["index"] if marker["name"] == "subcollector" else marker.get("subcollector")
 
 
-def test_a_hung_step_is_found_named_and_restarted(tmp_path):
-    spec = user_spec("faulty:hanging_step", 2, 2, fault_seed=3, after_steps=4)
-    spec["launch"].update(restarts={"max": 1}, hang_timeout=3)
-    done, events = collect(tmp_path, spec, "--after", 4)
-    t_end = time.time()
-    assert done.returncode == 0 and not of(events, "launch-error"), done.stderr
-    report = of(events, "after")[0]["report"]
-    (restart,) = report["restarts"]
-    cause = restart["cause"]
-    assert (cause["kind"], cause["subcollector"], cause["worker"]) == ("worker-hung", 1, 1)  # seed 3: global index 3
-    assert "its step has not returned for" in cause["message"] and cause["pid"] in restart["replaced"]["workers"]
-    assert restart["seeds"]["applied"] == [6, 7]  # seeds 2, 3 + 4: the restart does not hang
-    assert_nothing_left(report, t_end)
+def _of_run(run_dir: str) -> list[int]:
+    """The pids of every live process whose environment names ``run_dir``."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(RUN_DIR_VAR) == run_dir:
+                out.append(p.pid)
+        except psutil.Error:
+            continue
+    return out
 
 
 def test_a_hung_step_without_restarts_fails_naming_the_worker(tmp_path):

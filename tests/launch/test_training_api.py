@@ -1,22 +1,19 @@
 """``topo.collector`` in a training script (real torchrl, ToyVLAEnv, TinyVLA): the policy acts, weight
-updates reach every subcollector (or the server), failures are named, and nothing the run started is left,
-even when the trainer is killed."""
+updates reach every subcollector (or the server), failures are named, and nothing the run started is left
+(the trainer killed, its weights pushed: tests/launch/test_restarts.py, during a restart)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 
-import psutil
 import pytest
 
 import topo
 from topo.errors import UsageError
-from topo.rundir import RUN_DIR_VAR, RunDir
 
-from tests.launch.launch_helpers import HANG_GUARD_S, HERE, alive, subprocess_env, toy_spec, wait_for, write
+from tests.launch.launch_helpers import HANG_GUARD_S, HERE, alive, subprocess_env, toy_spec, write
 
 pytestmark = pytest.mark.slow
 TRAINER = HERE / "trainer.py"
@@ -50,13 +47,17 @@ def assert_trainer_state_restored(events: list[dict]) -> None:
 
 @pytest.mark.parametrize("placement", ["subcollector", "server"])
 def test_the_policy_acts_with_the_weights_the_trainer_pushed(tmp_path, placement):
-    done, events = train(tmp_path, "--placement", placement, "--iterations", 3)
+    """Every row of a batch carries the version last pushed, and the copies act as the trainer's copy does; an
+    optimizer step is not seen until update_weights (the first one is skipped): no copy shares the trainer's
+    parameters. The subcollector placement runs the default weight sync, shared_mem."""
+    done, events = train(tmp_path, "--placement", placement, "--then", "skip-first-update", "--iterations", 4)
     t_end = time.time()
     assert done.returncode == 0, done.stderr
     batches = of(events, "batch")
-    assert [b["versions"] for b in batches] == [[0], [1], [2]]  # every row of batch i: the i-th update
+    assert [b["versions"] for b in batches] == [[0], [0], [1], [2]]  # every row of batch i: the update pushed before it
     assert all(b["shape"][:2] == [2, 2] for b in batches)  # sync: 2 subcollectors x 2 workers
-    assert max(b["diff"] for b in batches) < 1e-5  # the trainer's copy computes the same actions
+    assert batches[1]["diff"] > 1e-3  # the trainer stepped; the copies still act with version 0
+    assert max(b["diff"] for i, b in enumerate(batches) if i != 1) < 1e-5  # pushed: the trainer's copy computes the same
     assert [u["version"] for u in of(events, "update")] == [1, 2, 3]
     memory = batches[0]["memory"]  # each worker's own figures, read by the trainer between batches
     assert [(m["subcollector"], m["worker"], m["global_index"]) for m in memory] == [(0, 0, 0), (0, 1, 1), (1, 0, 2),
@@ -95,23 +96,16 @@ def test_on_a_torchrl_without_the_restart_names_training_runs_with_restarts_off(
     assert_nothing_left(report, t_end)
 
 
-@pytest.mark.parametrize("weight_sync", ["shared_mem", "multiprocess"])
-def test_the_copies_act_with_pushed_weights_only(tmp_path, weight_sync):
-    """An optimizer step is not seen until update_weights: no copy shares the trainer's parameters."""
-    done, events = train(tmp_path, "--weight-sync", weight_sync, "--then", "skip-first-update", "--iterations", 3)
+def test_multiprocess_weight_sync_reaches_every_subcollector_with_pushed_weights_only(tmp_path):
+    """The multiprocess scheme: an optimizer step is not seen until update_weights, then every row acts with it
+    (shared_mem, the default: test_the_policy_acts_with_the_weights_the_trainer_pushed)."""
+    done, events = train(tmp_path, "--weight-sync", "multiprocess", "--then", "skip-first-update", "--iterations", 3)
     assert done.returncode == 0, done.stderr
     batches = of(events, "batch")
-    assert [b["versions"] for b in batches] == [[0], [0], [1]]
+    assert [b["versions"] for b in batches] == [[0], [0], [1]]  # batch 2: every row of every subcollector at 1
     assert batches[0]["diff"] < 1e-5
     assert batches[1]["diff"] > 1e-3  # the trainer stepped; the copies still act with version 0
     assert batches[2]["diff"] < 1e-5  # pushed: they act with the trainer's weights again
-
-
-def test_multiprocess_weight_sync_reaches_every_subcollector(tmp_path):
-    done, events = train(tmp_path, "--weight-sync", "multiprocess", "--iterations", 2)
-    assert done.returncode == 0, done.stderr
-    assert [b["versions"] for b in of(events, "batch")] == [[0], [1]]
-    assert max(b["diff"] for b in of(events, "batch")) < 1e-5
 
 
 def test_an_exception_in_the_loop_tears_down_and_still_writes_the_report(tmp_path):
@@ -140,54 +134,26 @@ def test_a_worker_killed_mid_training_is_named_with_its_plan_row(tmp_path):
     assert_trainer_state_restored(events)
 
 
-def test_a_weight_update_never_waits_on_a_dead_subcollector(tmp_path):
-    """torchrl's shared-memory scheme waits for every subcollector's ack, without a timeout."""
+def test_a_subcollector_killed_while_collecting_is_named_and_a_weight_update_never_waits_on_it(tmp_path):
+    """Subcollector 0 SIGKILLed after the first batch: the run fails naming it and its pid (what `topo launch`
+    prints: exit code 1, "at subcollector 0"), everything is torn down; and the weight update in flight does
+    not wait for its ack (torchrl's shared-memory scheme waits for every subcollector's, without a timeout)."""
     started = time.monotonic()
     done, events = train(tmp_path, "--then", "kill-subcollector-then-update", "--iterations", 5)
     took = time.monotonic() - started
+    t_end = time.time()
     assert done.returncode == 0, done.stderr
+    (killed,) = of(events, "killed")
     (err,) = of(events, "launch-error")
-    assert err["subcollector"] == 0 and "subcollector process ended unexpectedly (killed by SIGKILL" in err["message"]
+    assert err["subcollector"] == 0 and err["worker"] is None and err["exit_code"] == 1
+    assert f"subcollector process ended unexpectedly (killed by SIGKILL, pid {killed['pid']})" in err["message"]
+    assert "  at subcollector 0" in err["formatted"].splitlines()
     assert of(events, "update") == []  # the update in flight was interrupted, not completed
     assert took < HANG_GUARD_S / 2
+    report = of(events, "after")[0]["report"]
+    assert report["error"]["failure"]["kind"] == "subcollector-died"
+    assert_nothing_left(report, t_end)
     assert_trainer_state_restored(events)
-
-
-def test_sigkill_of_the_trainer_leaves_no_process(tmp_path):
-    spec = write(tmp_path / "toy.yaml", toy_spec(2, 2))
-    proc = subprocess.Popen([sys.executable, str(TRAINER), str(spec), "--iterations", str(10**9),
-                             "--report", str(tmp_path / "report")],
-                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    ready = json.loads(wait_for(lambda: _line(proc, "ready"), what="the run to be ready"))
-    wait_for(lambda: _line(proc, "update"), what="a weight update")
-    run_dir = ready["run_dir"]
-    ours = _of_run(run_dir)
-    assert len(ours) >= 2 + 2 + 2  # subcollectors, forkservers, env workers
-    proc.kill()
-    proc.wait()
-    wait_for(lambda: os.path.exists(os.path.join(run_dir, "watcher.json")), timeout=60, what="the watcher's record")
-    record = json.loads(open(os.path.join(run_dir, "watcher.json")).read())
-    named = {r["pid"] for r in RunDir(run_dir).read_all("markers")}  # subcollectors and env workers
-    assert record["trainer"] == ready["trainer"] and set(record["terminated"]) >= named and len(named) == 2 + 4
-    assert record["left"] == []
-    wait_for(lambda: not _of_run(run_dir), timeout=30, what="every process of the run to be gone")
-    assert alive(set(ours), time.time()) == []
-
-
-def _line(proc: subprocess.Popen, event: str) -> str | None:
-    line = proc.stdout.readline()
-    return line if line.startswith("{") and json.loads(line)["event"] == event else None
-
-
-def _of_run(run_dir: str) -> list[int]:
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if p.environ().get(RUN_DIR_VAR) == run_dir:
-                out.append(p.pid)
-        except psutil.Error:
-            continue
-    return out
 
 
 def test_the_grpo_example_trains_on_the_toy_topology(tmp_path):

@@ -104,7 +104,9 @@ def main() -> None:
                     os.kill(victim, signal.SIGKILL)
                     emit(event="killed", pid=victim)
                 if args.then == "kill-subcollector-then-update":
-                    os.kill(run.state.subcollectors[0].pid, signal.SIGKILL)
+                    victim = run.state.subcollectors[0].pid
+                    os.kill(victim, signal.SIGKILL)
+                    emit(event="killed", pid=victim)
                     time.sleep(0.5)
                 loss = policy.mean(flat).pow(2).mean()  # a step that surely changes the weights
                 optim.zero_grad()
@@ -119,7 +121,7 @@ def main() -> None:
                     break
     except LaunchError as err:
         emit(event="launch-error", message=str(err), subcollector=err.subcollector, worker=err.worker,
-             row=err.row, exit_code=err.exit_code)
+             row=err.row, exit_code=err.exit_code, formatted=err.format())
     except ValueError as err:
         emit(event="loop-error", message=str(err))
     emit(event="after", state=process_state(), report=run.report.data if run.report else None, restarts=run.restarts)

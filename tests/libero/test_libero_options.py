@@ -1,8 +1,9 @@
 """topo's LIBERO builder options on real LIBERO (task 0, 64 px): the model cache hit, missed, corrupt and
 off, and renders skipped, give observations bit-identical to torchrl's own LiberoEnv; a soft reset with
 the gripper reset starts every episode like a hard reset, and without it does not; workers with other
-seeds start bit-identical from one init state with fixtures_by_init_state, and without it do not. One fresh process per
-test (its GL, its imports); ~2 GB and 30-60 s each."""
+seeds start bit-identical from one init state with fixtures_by_init_state, and without it do not. Those three
+scenarios run one after the other in one fresh process (its GL; LIBERO's imports paid once), each a function of
+its own whose outcome its own test checks; the cache commands run in processes of their own. ~2 GB, 30-60 s each."""
 import json
 import os
 import shutil
@@ -47,48 +48,121 @@ COMMON = """
 """
 
 
-def run(code: str, timeout: float = 600):
-    proc = run_python(COMMON + code, timeout=timeout)
+SCENARIOS = """
+    def cache_states(cache):
+        L.configure_rendering(None)
+        L.prepare_libero()
+        from torchrl.envs import LiberoEnv
+
+        plain = LiberoEnv(**ENV, env_kwargs={"hard_reset": False}, init_states=L.load_init_states("libero_spatial", 0))
+        plain.set_seed(7)
+        reference = episode(plain)
+        reference_xml = plain._env.env.sim.model.get_xml()
+        plain.close()
+
+        def corrupt():
+            import pathlib
+            [binary] = pathlib.Path(cache).glob("*.mjb")
+            binary.write_bytes(binary.read_bytes()[:1000])
+
+        results = {}
+        for name, options, before in (("miss", {**ON, "model_cache": cache}, None),
+                                      ("hit", {**ON, "model_cache": cache}, None),
+                                      ("corrupt", {**ON, "model_cache": cache}, corrupt),
+                                      ("off", {**ON, "model_cache": False}, None),
+                                      ("renders", {**ON, "model_cache": False, "skip_unread_renders": False}, None)):
+            if before:
+                before()
+            env = L.build({**ENV, "env_kwargs": {"hard_reset": False}, "options": options})
+            env.set_seed(7)
+            trace = episode(env)
+            cache_state = env.topo_model_cache
+            results[name] = {"same": same(reference, trace), "renders": dict(env.topo_renders),
+                             "cache": cache_state and cache_state["construction"][0]["result"],
+                             "xml": env._env.env.sim.model.get_xml() == reference_xml if name == "hit" else None}
+            env.close()
+        return results
+
+    def soft_resets():
+        runs = {}
+        for name, hard, options in (("hard", True, ON), ("soft", False, ON),
+                                    ("soft_unfixed", False, {**ON, "reset_gripper": False})):
+            env = L.build({**ENV, "env_kwargs": {"hard_reset": hard}, "options": options})
+            env.set_seed(3)
+            runs[name] = [episode(env), episode(env)]
+            resets = env.topo_model_cache["resets"]
+            env.close()
+            if hard:
+                hard_resets = resets
+        hard, soft, unfixed = runs["hard"], runs["soft"], runs["soft_unfixed"]
+        return {
+            "soft": [same(hard[0], soft[0]), same(hard[1], soft[1])],
+            "unfixed": [same(hard[0], unfixed[0]), same(hard[1], unfixed[1])],
+            "unfixed_qpos_gap": float(np.abs(hard[1][2] - unfixed[1][2]).max()),
+            "hard_resets": hard_resets,
+        }
+
+    def group_starts():
+        def starts(seed, options, init_state=0):
+            env = L.build({**ENV, "init_state_id": init_state, "env_kwargs": {"hard_reset": False}, "options": options})
+            env.set_seed(seed)
+            stream = np.random.get_state()[1].copy()
+            g = torch.Generator().manual_seed(seed)
+            out = []
+            for _ in range(2):
+                td = env.reset()
+                model = env._env.env.sim.model
+                out.append(snapshot(env, td) + [model.body_pos.copy(), model.body_quat.copy()])
+                for _ in range(4):
+                    td = env.step(td.set("action", torch.rand(7, generator=g) * 2 - 1))["next"]
+            untouched = bool(np.array_equal(stream, np.random.get_state()[1]))  # the worker's own numpy stream
+            env.close()
+            return out, untouched
+
+        FAIR = {**ON, "fixtures_by_init_state": True}
+        (a, a_stream), (b, b_stream) = starts(0, FAIR), starts(1, FAIR)
+        (c, _), (d, d_stream) = starts(0, ON), starts(1, ON)
+        (e, _) = starts(0, FAIR, init_state=1)
+        names = ["image", "state", "qpos", "qvel", "body_pos", "body_quat"]
+        differ = lambda x, y: [n for n, u, v in zip(names, x, y) if not np.array_equal(u, v)]
+        return {
+            "on": [differ(x, y) for x, y in zip(a, b)],
+            "on_repeat": differ(a[0], a[1]),
+            "off": [differ(x, y) for x, y in zip(c, d)],
+            "off_body_gap_m": float(np.abs(c[0][4] - d[0][4]).max()),
+            "other_init_state": differ(a[0], e[0]),
+            "streams": [a_stream, b_stream, d_stream],
+        }
+
+    import traceback
+    outcomes = {}
+    for name, scenario, args in (("cache", cache_states, (CACHE,)), ("soft", soft_resets, ()),
+                                 ("groups", group_starts, ())):
+        try:
+            outcomes[name] = {"out": scenario(*args)}
+        except Exception:  # the next scenario still runs; this one's test shows the traceback
+            outcomes[name] = {"error": traceback.format_exc()}
+    print(json.dumps(outcomes))
+"""
+
+
+@pytest.fixture(scope="module")
+def scenarios(tmp_path_factory):
+    """The three scenarios' outcomes, from one process: {name: {"out": ...} or {"error": traceback}}."""
+    cache = tmp_path_factory.mktemp("options") / "cache"
+    proc = run_python(COMMON + f"\n    CACHE = {str(cache)!r}\n" + SCENARIOS, timeout=900)
+    shutil.rmtree(cache, ignore_errors=True)  # 262 MB: pytest keeps the temporary directories of recent sessions
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_cache_states_and_skipped_renders_are_bit_identical_to_libero_env(tmp_path):
-    out = run(f"""
-    L.configure_rendering(None)
-    L.prepare_libero()
-    from torchrl.envs import LiberoEnv
+def outcome(scenarios: dict, name: str) -> dict:
+    assert "error" not in scenarios[name], scenarios[name]["error"]
+    return scenarios[name]["out"]
 
-    cache = {str(tmp_path / "cache")!r}
-    plain = LiberoEnv(**ENV, env_kwargs={{"hard_reset": False}}, init_states=L.load_init_states("libero_spatial", 0))
-    plain.set_seed(7)
-    reference = episode(plain)
-    reference_xml = plain._env.env.sim.model.get_xml()
-    plain.close()
 
-    def corrupt():
-        import pathlib
-        [binary] = pathlib.Path(cache).glob("*.mjb")
-        binary.write_bytes(binary.read_bytes()[:1000])
-
-    results = {{}}
-    for name, options, before in (("miss", {{**ON, "model_cache": cache}}, None),
-                                  ("hit", {{**ON, "model_cache": cache}}, None),
-                                  ("corrupt", {{**ON, "model_cache": cache}}, corrupt),
-                                  ("off", {{**ON, "model_cache": False}}, None),
-                                  ("renders", {{**ON, "model_cache": False, "skip_unread_renders": False}}, None)):
-        if before:
-            before()
-        env = L.build({{**ENV, "env_kwargs": {{"hard_reset": False}}, "options": options}})
-        env.set_seed(7)
-        trace = episode(env)
-        cache_state = env.topo_model_cache
-        results[name] = {{"same": same(reference, trace), "renders": dict(env.topo_renders),
-                          "cache": cache_state and cache_state["construction"][0]["result"],
-                          "xml": env._env.env.sim.model.get_xml() == reference_xml if name == "hit" else None}}
-        env.close()
-    print(json.dumps(results))
-    """)
+def test_cache_states_and_skipped_renders_are_bit_identical_to_libero_env(scenarios):
+    out = outcome(scenarios, "cache")
     assert {name: r["same"] for name, r in out.items()} == dict.fromkeys(out, True)
     assert {name: r["cache"] for name, r in out.items()} == {
         "miss": "miss", "hit": "hit", "corrupt": "corrupt", "off": None, "renders": None}
@@ -97,33 +171,25 @@ def test_cache_states_and_skipped_renders_are_bit_identical_to_libero_env(tmp_pa
     # steps): only the last settle step is rendered
     assert out["hit"]["renders"] == {"made": 2, "skipped": 2 * 2 + 2 * 11}
     assert out["renders"]["renders"] == {}
-    shutil.rmtree(tmp_path / "cache")  # 262 MB: pytest keeps the temporary directories of recent sessions
 
 
-def test_soft_resets_start_like_hard_resets_only_with_the_gripper_reset():
+def test_soft_resets_start_like_hard_resets_only_with_the_gripper_reset(scenarios):
     """Two episodes from one init state, the first closing the gripper: soft reset vs hard reset."""
-    out = run("""
-    runs = {}
-    for name, hard, options in (("hard", True, ON), ("soft", False, ON),
-                                ("soft_unfixed", False, {**ON, "reset_gripper": False})):
-        env = L.build({**ENV, "env_kwargs": {"hard_reset": hard}, "options": options})
-        env.set_seed(3)
-        runs[name] = [episode(env), episode(env)]
-        resets = env.topo_model_cache["resets"]
-        env.close()
-        if hard:
-            hard_resets = resets
-    hard, soft, unfixed = runs["hard"], runs["soft"], runs["soft_unfixed"]
-    print(json.dumps({
-        "soft": [same(hard[0], soft[0]), same(hard[1], soft[1])],
-        "unfixed": [same(hard[0], unfixed[0]), same(hard[1], unfixed[1])],
-        "unfixed_qpos_gap": float(np.abs(hard[1][2] - unfixed[1][2]).max()),
-        "hard_resets": hard_resets,
-    }))
-    """)
+    out = outcome(scenarios, "soft")
     assert out["soft"] == [True, True]
     assert out["unfixed"] == [True, False] and out["unfixed_qpos_gap"] > 0
     assert out["hard_resets"] == {"hit": 2}  # each episode's hard reset loads the model
+
+
+def test_group_members_start_identically_only_with_fixtures_by_init_state(scenarios):
+    """Workers of one GRPO group: one task and init state, their own seeds. Each runs two episodes from the
+    init state, acting differently in between; every start is compared, fixtures (body_pos/quat) included."""
+    out = outcome(scenarios, "groups")
+    assert out["on"] == [[], []]  # bit-identical starts, both episodes, whatever each did in between
+    assert out["on_repeat"] == []  # every start from one init state is the same start
+    assert "body_pos" in out["off"][0] and out["off_body_gap_m"] > 1e-3
+    assert "body_pos" in out["other_init_state"]  # other init states still get other fixtures
+    assert out["streams"] == [True, True, False]  # resets no longer draw from the worker's seeded stream
 
 
 def two_task_spec(tmp_path, suite: str, workers: int):
@@ -169,48 +235,6 @@ def test_cache_warm_compiles_each_task_once_and_builds_hit(tmp_path):
     cleared = topo("clear", "--dir", str(cache))
     assert cleared.returncode == 0 and cleared.stdout.startswith("removed 6 file(s)")
     assert os.listdir(cache) == []
-
-
-def test_group_members_start_identically_only_with_fixtures_by_init_state():
-    """Workers of one GRPO group: one task and init state, their own seeds. Each runs two episodes from the
-    init state, acting differently in between; every start is compared, fixtures (body_pos/quat) included."""
-    out = run("""
-    def starts(seed, options, init_state=0):
-        env = L.build({**ENV, "init_state_id": init_state, "env_kwargs": {"hard_reset": False}, "options": options})
-        env.set_seed(seed)
-        stream = np.random.get_state()[1].copy()
-        g = torch.Generator().manual_seed(seed)
-        out = []
-        for _ in range(2):
-            td = env.reset()
-            model = env._env.env.sim.model
-            out.append(snapshot(env, td) + [model.body_pos.copy(), model.body_quat.copy()])
-            for _ in range(4):
-                td = env.step(td.set("action", torch.rand(7, generator=g) * 2 - 1))["next"]
-        untouched = bool(np.array_equal(stream, np.random.get_state()[1]))  # the worker's own numpy stream
-        env.close()
-        return out, untouched
-
-    FAIR = {**ON, "fixtures_by_init_state": True}
-    (a, a_stream), (b, b_stream) = starts(0, FAIR), starts(1, FAIR)
-    (c, _), (d, d_stream) = starts(0, ON), starts(1, ON)
-    (e, _) = starts(0, FAIR, init_state=1)
-    names = ["image", "state", "qpos", "qvel", "body_pos", "body_quat"]
-    differ = lambda x, y: [n for n, u, v in zip(names, x, y) if not np.array_equal(u, v)]
-    print(json.dumps({
-        "on": [differ(x, y) for x, y in zip(a, b)],
-        "on_repeat": differ(a[0], a[1]),
-        "off": [differ(x, y) for x, y in zip(c, d)],
-        "off_body_gap_m": float(np.abs(c[0][4] - d[0][4]).max()),
-        "other_init_state": differ(a[0], e[0]),
-        "streams": [a_stream, b_stream, d_stream],
-    }))
-    """)
-    assert out["on"] == [[], []]  # bit-identical starts, both episodes, whatever each did in between
-    assert out["on_repeat"] == []  # every start from one init state is the same start
-    assert "body_pos" in out["off"][0] and out["off_body_gap_m"] > 1e-3
-    assert "body_pos" in out["other_init_state"]  # other init states still get other fixtures
-    assert out["streams"] == [True, True, False]  # resets no longer draw from the worker's seeded stream
 
 
 def test_cache_warm_first_worker_builds_resets_and_steps_one_worker(tmp_path):
