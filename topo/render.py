@@ -54,14 +54,20 @@ def table(plan: dict[str, Any], limit: int | None = None, width: int = 120) -> s
         lines.append("")
         lines.append(f"subcollector {sub['index']}: {sub['num_workers']} workers, render gpu {gpu}"
                      + _placed(plan, sub["index"]))
-        header = [title.rjust(widths[i]) for i, (title, _) in enumerate(COLUMNS[:-1])] + ["instruction"]
-        lines.append("  ".join(header).rstrip())
-        for c in cells:
-            text = c[-1] if len(c[-1]) <= room else c[-1][: room - 3] + "..."
-            lines.append("  ".join([c[i].rjust(widths[i]) for i in range(len(widths))] + [text]).rstrip())
-        if len(shown) < len(workers):
-            lines.append(f"  ... {len(workers) - len(shown)} more worker(s)")
+        lines += _table([title for title, _ in COLUMNS[:-1]] + ["instruction"], cells, widths, room,
+                        len(workers) - len(shown))
     return "\n".join(lines) + "\n"
+
+
+def _table(titles: list[str], cells: list[list[str]], widths: list[int], room: int, more: int) -> list[str]:
+    """Right-aligned columns of ``widths``, the last one (free text) cut to ``room``; ``more`` rows not shown."""
+    lines = ["  ".join([title.rjust(widths[i]) for i, title in enumerate(titles[:-1])] + [titles[-1]]).rstrip()]
+    for c in cells:
+        text = c[-1] if len(c[-1]) <= room else c[-1][: room - 3] + "..."
+        lines.append("  ".join([c[i].rjust(widths[i]) for i in range(len(widths))] + [text]).rstrip())
+    if more:
+        lines.append(f"  ... {more} more worker(s)")
+    return lines
 
 
 def _kwargs(kwargs: dict) -> str:
@@ -154,12 +160,7 @@ def eval_table(plan: dict[str, Any], limit: int | None = None, width: int = 120)
         gpu = "-" if sub["render_gpu"] is None else f"{sub['render_gpu']} ({workers[0]['render_numbering']})"
         lines.append("")
         lines.append(f"eval subcollector {sub['index']}: {sub['num_workers']} workers, render gpu {gpu}")
-        lines.append("  ".join([title.rjust(widths[i]) for i, title in enumerate(columns)] + ["tasks"]).rstrip())
-        for c in cells:
-            text = c[-1] if len(c[-1]) <= room else c[-1][: room - 3] + "..."
-            lines.append("  ".join([c[i].rjust(widths[i]) for i in range(len(widths))] + [text]).rstrip())
-        if len(shown) < len(workers):
-            lines.append(f"  ... {len(workers) - len(shown)} more worker(s)")
+        lines += _table(list(columns) + ["tasks"], cells, widths, room, len(workers) - len(shown))
     return "\n".join(lines) + "\n"
 
 

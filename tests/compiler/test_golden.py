@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from click.testing import CliRunner
 
 import topo
@@ -61,11 +62,13 @@ def test_5x64_instructions_and_group_blocks():
     assert len(set(every)) == 40
 
 
-def test_compiling_imports_no_torch_or_simulator():
+@pytest.mark.parametrize("example, check", [("libero_spatial_5x64.yaml", 'plan["coverage"]["workers"] == 320'),
+                                            ("libero_spatial_4x80.yaml", 'plan["eval"]["episodes"] == 50')])
+def test_compiling_imports_no_torch_or_simulator(example, check):
     code = textwrap.dedent(f"""
         import sys, topo
-        plan = topo.compile_spec({str(EXAMPLES / 'libero_spatial_5x64.yaml')!r})
-        assert plan["coverage"]["workers"] == 320
+        plan = topo.compile_spec({str(EXAMPLES / example)!r})
+        assert {check}
         heavy = [m for m in ("torch", "torchrl", "tensordict", "robosuite", "mujoco", "libero.libero")
                  if m in sys.modules]
         assert not heavy, heavy

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 import traceback
 from collections import deque

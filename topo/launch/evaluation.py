@@ -17,7 +17,6 @@ weights of that evaluation: see docs/guides/evaluation.md.
 from __future__ import annotations
 
 import copy
-import os
 import time
 from typing import Any, Callable
 
