@@ -165,7 +165,7 @@ def test_a_killed_eval_worker_is_named_or_restarted_from_its_row(tmp_path, resta
             f"error: evaluation failed: env worker died while collecting without a traceback (killed by SIGKILL, "
             f"pid {killed}); restarts are off (launch.restarts)",
             "  at eval subcollector 0, eval worker 1",
-            "  plan row: global_index=1, seed=104, render_gpu=None, tasks=[2, 3], episodes='2-3'"]
+            "  plan row: global_index=1, seed=104, tasks=[2, 3], episodes='2-3'"]
         return
     assert done.returncode == 0, done.stderr[-3000:]
     (evaluated,) = [e for e in events if e["event"] == "evaluated"]
