@@ -73,8 +73,10 @@ def test_worker_hanging_past_the_startup_deadline_deaf_to_sigterm(tmp_path):
 
 def _start(tmp_path, spec: dict, *args) -> tuple[subprocess.Popen, object]:
     report = tmp_path / "report"
+    # SIGINT as a terminal gives it, even when the tests run in a background job (which ignores it)
     proc = subprocess.Popen(command(write(tmp_path / "spec.yaml", spec), "--report", report, "--quiet", *args),
-                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     return proc, report
 
 
