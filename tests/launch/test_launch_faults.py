@@ -71,6 +71,24 @@ def test_worker_hanging_past_the_startup_deadline_deaf_to_sigterm(tmp_path):
     assert int(hung.group(1)) in s["processes"]["killed"]  # it ignored SIGTERM: SIGKILL was needed
 
 
+@pytest.fixture
+def started(tmp_path):
+    """``started(spec, *args)`` starts ``topo launch`` in the background; whatever still runs at the end of
+    the test (it failed before its launch ended) is killed, its watcher ending the rest."""
+    procs = []
+
+    def start(spec: dict, *args):
+        proc, report = _start(tmp_path, spec, *args)
+        procs.append(proc)
+        return proc, report
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def _start(tmp_path, spec: dict, *args) -> tuple[subprocess.Popen, object]:
     report = tmp_path / "report"
     # SIGINT as a terminal gives it, even when the tests run in a background job (which ignores it)
@@ -96,8 +114,8 @@ def _collecting(report) -> bool:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_signal_during_startup(tmp_path, signum):
-    proc, report = _start(tmp_path, user_spec("faulty:hanging", 1, 2))
+def test_signal_during_startup(started, signum):
+    proc, report = started(user_spec("faulty:hanging", 1, 2))
     wait_for(lambda: len(_markers(report, "started")) == 2, what="both workers constructing")
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=HANG_GUARD_S)
@@ -109,8 +127,8 @@ def test_signal_during_startup(tmp_path, signum):
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_signal_during_collection_closes_every_env(tmp_path, signum):
-    proc, report = _start(tmp_path, toy_spec(2, 2), "--batches", str(10**9))
+def test_signal_during_collection_closes_every_env(started, signum):
+    proc, report = started(toy_spec(2, 2), "--batches", str(10**9))
     wait_for(lambda: _collecting(report), what="the first batch")
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=HANG_GUARD_S)
