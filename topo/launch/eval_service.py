@@ -16,19 +16,17 @@ import os
 import socket
 import subprocess
 import time
-import traceback
 from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
 from .. import child
-from ..diagnostics import ids_text
 from ..errors import LaunchError, UsageError
 from ..rundir import RUN_DIR_VAR
 from . import processes
 from .trainer import TRAINER_VAR
 
-BOOT = "from topo.launch.eval_service import main; sys.exit(main(sys.argv[1:]))"
+BOOT = "from topo.launch.evaluation import serve; sys.exit(serve(sys.argv[1:]))"  # the eval process
 BUSY_POLICIES = ("skip", "queue", "error")
 
 
@@ -161,52 +159,3 @@ class EvalService:
                     self.proc.wait()
             if self._conn is not None:
                 self._conn.close()
-
-
-def main(argv: list[str]) -> int:
-    """The eval process: connect, build the eval run, answer rounds until ``close`` (or the trainer is gone)."""
-    from .evaluation import Evaluation
-
-    conn = Connection(int(argv[0]))
-    init = conn.recv()
-    os.environ.pop(RUN_DIR_VAR, None)
-    evaluation = Evaluation(init["plan"], policy_factory=init["policy_factory"], out_dir=init["out_dir"],
-                            report_dir=init["report_dir"], progress=False, startup_timeout=init["startup_timeout"],
-                            process_logs=init["process_logs"])
-    error: BaseException | None = None
-    try:
-        evaluation.start()
-        while True:
-            try:
-                message = conn.recv()
-            except EOFError:  # the trainer is gone
-                break
-            if message["cmd"] == "close":
-                break
-            result = evaluation.evaluate(message["weights"], version=message["version"], step=message["step"])
-            conn.send({"result": result})
-    except BaseException as exc:  # noqa: BLE001 - the trainer hears of it, then the run tears down
-        error = exc
-        _send(conn, _failure(exc))
-    raised = evaluation.close(error)
-    report = evaluation.report.data if evaluation.report is not None else None
-    _send(conn, {"report": report})
-    return 0 if raised is None else 1
-
-
-def _failure(exc: BaseException) -> dict[str, Any]:
-    """What the trainer raises: the eval run's failure, its eval worker and row (episodes as their numbers)."""
-    if not isinstance(exc, LaunchError):
-        return {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-    row = {k: v for k, v in (exc.row or {}).items() if k not in ("kwargs", "episodes") and v is not None}
-    if exc.row and exc.row.get("episodes"):
-        row["episodes"] = ids_text(e["episode"] for e in exc.row["episodes"])
-    return {"error": str(exc), "subcollector": exc.subcollector, "worker": exc.worker, "row": row or None,
-            "traceback": exc.traceback}
-
-
-def _send(conn, message: dict) -> None:
-    try:
-        conn.send(message)
-    except OSError:
-        pass

@@ -8,7 +8,8 @@ deadline, the failing worker named with its row, restarts from its rows, teardow
 :class:`Evaluation` owns that run: :meth:`Evaluation.evaluate` pushes the weights, starts a round and
 reads batches until every planned episode has ended once (an episode a restarted worker runs again counts
 once), then summarises (:mod:`topo.launch.eval_results`). ``topo eval`` runs it in its own process;
-a training run runs it in an eval process (:mod:`topo.launch.eval_service`).
+a training run runs it in an eval process (:mod:`topo.launch.eval_service` starts it; :func:`serve`
+runs there).
 
 torchrl's ``Evaluator`` counts trajectories over all envs and keeps its collector's iterator between
 evaluations, so it cannot promise that each (task, init state) runs exactly ``trials`` times with the
@@ -17,14 +18,17 @@ weights of that evaluation: see docs/guides/evaluation.md.
 from __future__ import annotations
 
 import copy
+import os
 import time
+import traceback
+from multiprocessing.connection import Connection
 from typing import Any, Callable
 
 import torch
 
 from ..diagnostics import ids_text
 from ..errors import LaunchError, UsageError
-from ..rundir import start_eval_round
+from ..rundir import RUN_DIR_VAR, start_eval_round
 from . import eval_results
 from .policy import PolicySetup, build
 
@@ -176,3 +180,51 @@ def _batch_bound(section: dict[str, Any]) -> int | None:
     longest = max((len(row["episodes"]) for sub in section["subcollectors"] for row in sub["workers"]), default=0)
     # each episode takes at most horizon steps and its reset; the round's start waits one idle step
     return 2 + (longest * (horizon + 1)) // STEPS_PER_BATCH
+
+
+def serve(argv: list[str]) -> int:
+    """The eval process of a training run (:mod:`.eval_service` starts it): connect, build the eval run,
+    answer rounds until ``close`` (or the trainer is gone)."""
+    conn = Connection(int(argv[0]))
+    init = conn.recv()
+    os.environ.pop(RUN_DIR_VAR, None)
+    evaluation = Evaluation(init["plan"], policy_factory=init["policy_factory"], out_dir=init["out_dir"],
+                            report_dir=init["report_dir"], progress=False, startup_timeout=init["startup_timeout"],
+                            process_logs=init["process_logs"])
+    error: BaseException | None = None
+    try:
+        evaluation.start()
+        while True:
+            try:
+                message = conn.recv()
+            except EOFError:  # the trainer is gone
+                break
+            if message["cmd"] == "close":
+                break
+            result = evaluation.evaluate(message["weights"], version=message["version"], step=message["step"])
+            conn.send({"result": result})
+    except BaseException as exc:  # noqa: BLE001 - the trainer hears of it, then the run tears down
+        error = exc
+        _send(conn, _failure(exc))
+    raised = evaluation.close(error)
+    report = evaluation.report.data if evaluation.report is not None else None
+    _send(conn, {"report": report})
+    return 0 if raised is None else 1
+
+
+def _failure(exc: BaseException) -> dict[str, Any]:
+    """What the trainer raises: the eval run's failure, its eval worker and row (episodes as their numbers)."""
+    if not isinstance(exc, LaunchError):
+        return {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+    row = {k: v for k, v in (exc.row or {}).items() if k not in ("kwargs", "episodes") and v is not None}
+    if exc.row and exc.row.get("episodes"):
+        row["episodes"] = ids_text(e["episode"] for e in exc.row["episodes"])
+    return {"error": str(exc), "subcollector": exc.subcollector, "worker": exc.worker, "row": row or None,
+            "traceback": exc.traceback}
+
+
+def _send(conn, message: dict) -> None:
+    try:
+        conn.send(message)
+    except OSError:
+        pass
