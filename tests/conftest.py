@@ -33,6 +33,7 @@ FAST = (
     "tests/launch/test_recovery_units.py",
     "tests/launch/test_boundary.py",
     "tests/launch/test_evaluation_units.py",
+    "tests/launch/test_provenance_units.py",
     "tests/bench/test_bench_units.py",
     "tests/docs/test_pages.py",
     "tests/launch/test_training_api.py::test_the_quickstart_runs_as_written",

@@ -19,6 +19,8 @@ LAZY_COMMANDS = {
     "doctor": "topo.doctor:doctor",
     "bench": "topo.bench.command:bench",
     "import": "topo.importers.command:import_",
+    "runs": "topo.runs:runs",
+    "replay": "topo.runs:replay",
 }
 
 

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import time
 import traceback
 from typing import Any
 
 from . import gl, heartbeat
-from .rundir import RunDir, eval_round, record_close
+from .episodes import RECORD_VAR
+from .rundir import RunDir, eval_round, record_close, restart_number
 
 
 def import_builder(path: str):
@@ -31,8 +33,9 @@ def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: in
     with the builder's envs, in the rounds the trainer starts (:func:`topo.rundir.eval_round`).
 
     Under ``topo launch`` it also writes ``started``/``constructed``/``failed``/``closed`` markers, stamps
-    each env step in the subcollector's beats file (:mod:`topo.heartbeat`) and waits for a start slot
-    when ``max_concurrent_starts`` is set.
+    each env step in the subcollector's beats file (:mod:`topo.heartbeat`), waits for a start slot
+    when ``max_concurrent_starts`` is set, and records the env's episodes (:mod:`topo.envs.recording`:
+    every step carries its episode id).
     """
     inherited_gl = gl.loaded_libraries()  # before the builder: from a parent (fork, forkserver) or an import
     gl.release()
@@ -54,6 +57,10 @@ def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: in
     run.marker("constructed", worker=where, seed=seed, seconds=time.monotonic() - started,
                render_device=getattr(instance, "topo_render_device", None),
                model_cache=getattr(instance, "topo_model_cache", None))
+    if "global_index" in where:
+        from .envs.recording import wrap
+
+        instance = wrap(instance, run.path, where, seed, restart_number(), os.environ.get(RECORD_VAR) == "1")
     record_close(instance, run, where)
     heartbeat.watch(instance, run, where)
     return instance

@@ -3,6 +3,7 @@ or which died or stopped answering itself, starts again with its plan rows while
 envs; past the budget the run fails naming the worker; blame is exact; nothing the run started is left."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
@@ -11,14 +12,16 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import psutil
 import pytest
 
 import topo
+from topo.episodes import EpisodeId, Episodes, find_run, life_file
 from topo.rundir import RESTART_VAR, RUN_DIR_VAR, RunDir
 
-from tests.launch.launch_helpers import (HANG_GUARD_S, HERE, LAUNCH_LIMITS, alive, launch, subprocess_env, summary,
-                                         toy_spec, user_spec, wait_for, write)
+from tests.launch.launch_helpers import (HANG_GUARD_S, HERE, LAUNCH_LIMITS, alive, launch, subprocess_env,
+                                         summary, toy_spec, user_spec, wait_for, write)
 
 pytestmark = pytest.mark.slow
 COLLECT = HERE / "collect.py"
@@ -68,16 +71,26 @@ def _describe(pid: int) -> dict:
         return {"pid": pid, "error": repr(exc)}
 
 
-def test_a_killed_worker_restarts_its_subcollector_with_its_plan_rows_and_the_pushed_weights(tmp_path):
-    """Training API, sync: the killed worker's subcollector comes back with the same instructions and
-    groups, acting with the weights the trainer pushed; every batch is complete; the restart is reported."""
+@pytest.fixture(scope="module")
+def killed_worker_run(tmp_path_factory):
+    """The training API, sync, 2 x 2 toy workers, episodes of at most 5 steps, actions recorded: worker 1 of
+    subcollector 1 is SIGKILLed after the first batch and its subcollector restarts; 8 iterations."""
+    tmp_path = tmp_path_factory.mktemp("killed-worker")
     report_dir = tmp_path / "report"
     spec = write(tmp_path / "toy.yaml", toy_spec(2, 2))
     done = subprocess.run([sys.executable, str(TRAINER), str(spec), "--then", "kill-worker", "--restarts", "1",
-                           "--iterations", "8", "--report", str(report_dir)], env=subprocess_env(),
+                           "--iterations", "8", "--report", str(report_dir), "--record-actions",
+                           "--max-frames-per-traj", "5"], env=subprocess_env(),
                           capture_output=True, text=True, timeout=HANG_GUARD_S)
     t_end = time.time()
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return done, events, spec, report_dir, t_end
+
+
+def test_a_killed_worker_restarts_its_subcollector_with_its_plan_rows_and_the_pushed_weights(killed_worker_run):
+    """Training API, sync: the killed worker's subcollector comes back with the same instructions and
+    groups, acting with the weights the trainer pushed; every batch is complete; the restart is reported."""
+    done, events, spec, report_dir, t_end = killed_worker_run
     assert done.returncode == 0 and not of(events, "launch-error"), done.stderr
     (killed,) = of(events, "killed")
     batches = of(events, "batch")
@@ -102,6 +115,68 @@ def test_a_killed_worker_restarts_its_subcollector_with_its_plan_rows_and_the_pu
     assert report["constructions"]["expected"]["worker"] == 6 and report["seeds"]["mismatches"] == []
     assert report["processes"]["subcollector_pids"][1] == restart["started"]["subcollector"]
     assert_nothing_left(report, t_end)
+
+
+def test_every_episode_of_the_run_resolves_to_its_plan_row_life_seed_and_policy_versions(killed_worker_run):
+    """Provenance: each episode id in each batch is recorded with the plan row it ran from, the worker
+    life (restart 1 for the restarted subcollector, with its restart seeds) and exactly the policy versions
+    the batches show acting in it."""
+    done, events, spec, report_dir, _ = killed_worker_run
+    assert done.returncode == 0, done.stderr
+    seen: dict[int, set] = {}
+    for batch in of(events, "batch"):
+        for episode, version in batch["episodes"]:
+            seen.setdefault(episode, set()).add(version)
+    episodes = Episodes(find_run(str(report_dir)))
+    rows = {row["global_index"]: row for row in topo.load(str(spec)).rows}
+    for value, versions in seen.items():
+        e = episodes.get(value)
+        row = rows[e.id.row]
+        assert (e.row["subcollector"], e.row["index"], e.row["task_id"]) == (row["subcollector"], row["index"], row["task_id"])
+        s = e.summary()
+        assert s["instruction"] == row["instruction"] and s["group_id"] // 10**6 == row["group"]
+        restarted = row["subcollector"] == 1 and e.id.restart == 1
+        assert s["seed"] == (row["seed"] + 4 if restarted else row["seed"])  # restart k: planned seed + k x 4 workers
+        assert set(s["policy_versions"]) == versions, (str(e.id), versions)
+    lives = {(EpisodeId.of(v).row, EpisodeId.of(v).restart) for v in seen}
+    assert lives == {(0, 0), (1, 0), (2, 0), (3, 0), (2, 1), (3, 1)}  # subcollector 1's rows, in both lives
+    assert max(EpisodeId.of(v).episode for v in seen) >= 1  # episodes of at most 5 steps: more than one per life
+
+
+def test_a_recorded_episode_replays_bit_for_bit_and_an_altered_action_is_named(killed_worker_run, tmp_path):
+    """`topo replay`: a later episode of the first life and one of the restarted life are rebuilt from their
+    rows and seed states and match every recorded step (exit 0); an altered action makes it exit 1 naming
+    the first step that differs."""
+    done, _, _, report_dir, _ = killed_worker_run
+    episodes = Episodes(find_run(str(report_dir)))
+    chosen = [max((e for e in episodes if (e.id.row, e.id.restart) == life and e.summary()["recorded_actions"]),
+                  key=lambda e: e.id.episode) for life in ((0, 0), (3, 1))]
+    for e in chosen:
+        assert e.id.episode >= 1  # its reset follows earlier episodes: the recorded seed state is what matters
+        replayed = subprocess.run(topo_cli("replay", report_dir, str(e.id), "--format", "json"), env=subprocess_env(),
+                                  capture_output=True, text=True, timeout=HANG_GUARD_S)
+        out = json.loads(replayed.stdout)
+        assert replayed.returncode == 0 and out["identical"] and out["steps"] == e.end["steps"] > 0, replayed.stdout
+        assert out["replayed_return"] == e.end["return"]
+    e = chosen[0]
+    actions = dict(np.load(io.BytesIO(_steps_blob(report_dir, e))))
+    altered = actions["action.action"].copy()
+    altered[1] += 0.25
+    np.savez(tmp_path / "altered.npz", action=altered)
+    replayed = subprocess.run(topo_cli("replay", report_dir, str(e.id), "--actions", tmp_path / "altered.npz"),
+                              env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert replayed.returncode == 1 and "first difference at step 2: reward" in replayed.stdout, replayed.stdout
+
+
+def topo_cli(*args) -> list[str]:
+    return [sys.executable, "-m", "topo", *map(str, args)]
+
+
+def _steps_blob(report_dir, e) -> bytes:
+    offset, length = e.end["actions"]
+    with open(life_file(find_run(str(report_dir)), e.id.life, ".steps"), "rb") as f:
+        f.seek(offset)
+        return f.read(length)
 
 
 def test_topo_launch_restarts_a_killed_worker_and_reports_it(tmp_path):

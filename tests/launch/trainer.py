@@ -55,6 +55,8 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--report")
     parser.add_argument("--restarts", type=int, default=0, help="launch.restarts max")
+    parser.add_argument("--record-actions", action="store_true", help="launch.record_actions: true")
+    parser.add_argument("--max-frames-per-traj", type=int, default=None, help="the collector's episode length bound")
     parser.add_argument("--torchrl-without-restarts", action="store_true",
                         help="run as on a torchrl that lacks the names restarts need (topo.launch.boundary)")
     parser.add_argument("--then", default="ok",
@@ -81,11 +83,14 @@ def main() -> None:
     plan["policy"] = {"factory": "topo.policies.tinyvla:make", "kwargs": kwargs, "placement": args.placement,
                       "device": None, "weight_sync": args.weight_sync}
     plan["launch"]["restarts"] = {"max": args.restarts, "window": None}
+    if args.record_actions:
+        plan["launch"]["record_actions"] = True
+    extra = {} if args.max_frames_per_traj is None else {"max_frames_per_traj": args.max_frames_per_traj}
     policy = make(**kwargs)
     optim = torch.optim.SGD(policy.parameters(), lr=0.1)
     emit(event="before", state=process_state())
     run = topo.collector(plan, policy=policy, report_dir=args.report, progress=False,
-                         exploration_type=ExplorationType.DETERMINISTIC)
+                         exploration_type=ExplorationType.DETERMINISTIC, **extra)
     try:
         with run:
             emit(event="ready", run_dir=run.run_dir, trainer=os.getpid())
@@ -96,7 +101,9 @@ def main() -> None:
                 emit(event="batch", iteration=i, shape=list(batch.shape),
                      versions=sorted({int(v) for v in batch["policy_version"].flatten().tolist()}),
                      diff=float((expected - flat["action"]).abs().max()), rows=rows_seen(batch),
-                     restarts=[(r["subcollector"], r["outcome"]) for r in run.restarts], memory=run.worker_memory())
+                     restarts=[(r["subcollector"], r["outcome"]) for r in run.restarts], memory=run.worker_memory(),
+                     episodes=sorted({(int(e), int(v)) for e, v in zip(flat["topo_episode"].reshape(-1).tolist(),
+                                                                       flat["policy_version"].reshape(-1).tolist())}))
                 if args.then == "raise":
                     raise ValueError("the training step failed")
                 if args.then == "kill-worker" and i == 0:

@@ -214,7 +214,8 @@ class Run:
 
     def _window(self, restart: int = 0):
         return trainer.launch_window(self.state.run.path, max_concurrent_starts=self.max_concurrent_starts,
-                                     process_logs=self.process_logs, restart=restart)
+                                     process_logs=self.process_logs, restart=restart,
+                                     record_actions=bool(self.plan["launch"].get("record_actions")))
 
     def _on_failure(self, found: failures.Failure) -> None:
         """In the monitor's thread: stop what cannot go on, then deliver the failure to the trainer."""

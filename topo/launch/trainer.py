@@ -17,6 +17,7 @@ import threading
 from typing import Callable, Iterator
 
 from .. import gl
+from ..episodes import RECORD_VAR
 from ..rundir import RESTART_VAR, RUN_DIR_VAR, SLOTS_VAR
 
 TRAINER_VAR = "TOPO_TRAINER_PID"
@@ -74,10 +75,11 @@ class TrainerState:
 
 @contextlib.contextmanager
 def launch_window(run_path: str, *, max_concurrent_starts: int | None = None, process_logs: bool = False,
-                  restart: int = 0) -> Iterator[None]:
+                  restart: int = 0, record_actions: bool = False) -> Iterator[None]:
     """What the processes started now inherit: the run directory, start slots, the restart number of a
-    subcollector started again, GL held off (:mod:`topo.gl`), this process's output as ``processes.log``."""
-    values = {RUN_DIR_VAR: run_path, TRAINER_VAR: str(os.getpid())}
+    subcollector started again, whether env workers record their actions, GL held off (:mod:`topo.gl`),
+    this process's output as ``processes.log``."""
+    values = {RUN_DIR_VAR: run_path, TRAINER_VAR: str(os.getpid()), RECORD_VAR: "1" if record_actions else "0"}
     if max_concurrent_starts:
         values[SLOTS_VAR] = str(max_concurrent_starts)
     if restart:

@@ -1,0 +1,306 @@
+"""In an env worker: the episode id on every step, and the records it resolves to (:mod:`topo.episodes`).
+
+:func:`wrap` puts :class:`EpisodeLog` on the env a worker built (a ``TransformedEnv``: the key is in the
+env's spec, so ``ParallelEnv`` reads it from the worker's metadata like any other). At each reset it takes
+the seed state first (:func:`seed_state`: the global RNGs and the env's own counters and generators,
+what :mod:`topo.replay` restores), then writes the episode's ``start``; at its end (done, the next reset,
+or ``close``) its ``end``. With ``record_actions`` each step's actions and a digest of what it returned
+(:func:`digest`) are kept and written, per episode, as one ``.npz`` in the worker life's ``.steps`` file.
+"""
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import io
+import json
+import os
+import pickle
+import random
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+from torchrl.data import Unbounded
+from torchrl.envs import EnvBase, Transform, TransformedEnv
+
+from ..episodes import KEY, EpisodeId, life_file
+
+MAX_TENSOR = 1 << 16  # env attributes: tensors up to this many elements are state; larger ones are data
+_NESTED = ("_env", "env", "inner")  # where a wrapper keeps what it wraps: their generators are state too
+IDLE = -1  # the id of an eval worker's idle step (no episode)
+_GENERIC_MODULES = ("builtins", "torchrl.envs.common", "torch.nn.modules.module", "torchrl.envs.transforms._base")
+
+
+class LifeWriter:
+    """Appends one worker life's records (``episodes/<life>.jsonl``) and step files (``<life>.steps``)."""
+
+    def __init__(self, run_dir: str, life: str):
+        self.records = life_file(run_dir, life)
+        self.steps = life_file(run_dir, life, ".steps")
+        os.makedirs(os.path.dirname(self.records), exist_ok=True)
+        self._stored: set[str] = set()  # blobs already written to this life's file
+
+    def blobs(self, parts: dict[str, bytes]) -> tuple[dict[str, str], dict[str, str]]:
+        """(name -> digest, the blobs not yet written: digest -> base64)."""
+        refs, new = {}, {}
+        for name, blob in parts.items():
+            key = hashlib.blake2b(blob, digest_size=16).hexdigest()
+            refs[name] = key
+            if key not in self._stored:
+                self._stored.add(key)
+                new[key] = base64.b64encode(blob).decode()
+        return refs, new
+
+    def write(self, record: dict[str, Any]) -> None:
+        with open(self.records, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def append_steps(self, blob: bytes) -> tuple[int, int]:
+        """Append ``blob`` to the steps file: its (offset, length)."""
+        with open(self.steps, "ab") as f:
+            offset = f.tell()
+            f.write(blob)
+        return offset, len(blob)
+
+
+class EpisodeLog(Transform):
+    """Stamps ``topo_episode`` on every step and records each episode of this worker life."""
+
+    def __init__(self, writer: LifeWriter, *, row: int, restart: int, seed: int | None, eval: bool = False,
+                 actions: bool = False):
+        super().__init__()
+        self.writer, self.row, self.restart, self.seed, self.is_eval, self.actions = writer, row, restart, seed, eval, actions
+        self.episodes = 0  # started in this life
+        self._id = IDLE
+        self._pending: dict[str, bytes] | None = None
+        self._open = False
+        self._steps = 0
+        self._return = 0.0
+        self._acted: dict[str, list] = {}
+        self._digests: list[int] = []
+        self._rewards: list[float] = []
+
+    def transform_observation_spec(self, observation_spec):
+        observation_spec[KEY] = Unbounded(shape=observation_spec.shape, dtype=torch.int64, device=observation_spec.device)
+        return observation_spec
+
+    def _reset_env_preprocess(self, tensordict):
+        self.finish("reset")
+        self._pending = seed_state(self.parent.base_env)
+        return tensordict
+
+    def _reset(self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase) -> TensorDictBase:
+        state, self._pending = self._pending, None
+        if int(_scalar(tensordict_reset.get("eval_episode", 0))) == IDLE:
+            self._id = IDLE
+        else:
+            self._id = int(EpisodeId(self.row, self.restart, self.episodes, eval=self.is_eval))
+            self.episodes += 1
+            self._start(tensordict_reset, state or seed_state(self.parent.base_env))
+        tensordict_reset.set(KEY, _filled(tensordict_reset, self._id))
+        return tensordict_reset
+
+    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        if self._open:
+            self._steps += 1
+            reward = next_tensordict.get("reward", None)
+            reward = 0.0 if reward is None else float(reward.sum())
+            self._return += reward
+            if self.actions:
+                self._rewards.append(reward)
+                for key in self.parent.action_keys:
+                    self._acted.setdefault(_name(key), []).append(tensordict.get(key).detach().cpu().numpy().copy())
+                self._digests.append(digest(next_tensordict))
+            if bool(next_tensordict.get("done").any()):
+                terminated = next_tensordict.get("terminated", None)
+                self.finish("terminated" if terminated is not None and bool(terminated.any()) else "truncated",
+                            next_tensordict)
+        next_tensordict.set(KEY, _filled(next_tensordict, self._id))
+        return next_tensordict
+
+    def _start(self, out: TensorDictBase, state: dict[str, bytes]) -> None:
+        refs, new = self.writer.blobs(state)
+        env = self.parent.base_env
+        init_state = _optional(out, "eval_init_state") if "eval_init_state" in out.keys() else _init_state(env)
+        record = {"event": "start", "id": self._id, "time": time.time(), "seed": self.seed, "state": refs,
+                  "init_state": None if init_state == -1 else init_state, "group_id": _optional(out, "group_id"),
+                  "instruction": _instruction(out)}
+        for key in ("eval_round", "eval_episode"):
+            if key in out.keys():
+                record[key] = int(_scalar(out.get(key)))
+        if new:
+            record["blobs"] = new
+        self.writer.write(record)
+        self._open, self._steps, self._return = True, 0, 0.0
+        self._acted, self._digests, self._rewards = {}, ([digest(out)] if self.actions else []), []
+
+    def finish(self, how: str, last: TensorDictBase | None = None) -> None:
+        """End the open episode (``how``: terminated, truncated, reset, closed): its ``end`` record."""
+        if not self._open:
+            return
+        self._open = False
+        record: dict[str, Any] = {"event": "end", "id": self._id, "time": time.time(), "steps": self._steps,
+                                  "return": self._return, "how": how,
+                                  "success": _optional(last, "success", bool) if last is not None else None}
+        if self.actions:
+            buffer = io.BytesIO()
+            arrays = {f"action.{name}": np.stack(values) for name, values in self._acted.items()}
+            np.savez(buffer, digests=np.asarray(self._digests, dtype=np.int64),
+                     rewards=np.asarray(self._rewards, dtype=np.float64), **arrays)
+            record["actions"] = self.writer.append_steps(buffer.getvalue())
+        self.writer.write(record)
+
+
+def wrap(env: EnvBase, run_dir: str, worker: dict, seed: int | None, restart: int, actions: bool) -> TransformedEnv:
+    """``env`` with its episodes recorded in ``run_dir`` under this worker life (``close`` ends the open one)."""
+    is_eval = worker.get("role") == "eval"
+    key = EpisodeId(worker["global_index"], restart, 0, eval=is_eval)
+    log = EpisodeLog(LifeWriter(run_dir, key.life), row=key.row, restart=restart, seed=seed, eval=is_eval,
+                     actions=actions)
+    wrapped = TransformedEnv(env, log)
+    close = wrapped.close
+
+    def closing(*args: Any, **kwargs: Any) -> Any:
+        log.finish("closed")
+        return close(*args, **kwargs)
+
+    wrapped.close = closing
+    return wrapped
+
+
+# -- the seed state at a reset, and what a step returned ------------------------------------------
+
+def seed_state(env: Any) -> dict[str, bytes]:
+    """What decides an episode's reset besides the env's construction and seed, each part pickled: the global
+    RNGs, and the env's plain attributes (counters, small tensors) and generators, with the generators of
+    what it wraps."""
+    return {"torch": pickle.dumps(torch.get_rng_state()), "numpy": pickle.dumps(np.random.get_state()),
+            "random": pickle.dumps(random.getstate()), "env": pickle.dumps(env_state(env))}
+
+
+def env_state(env: Any, depth: int = 0) -> dict[str, Any]:
+    """``{attribute: value}`` of ``env``: its generators, and the plain values and small tensors that its own
+    code names (:func:`own_names`: not torchrl's ``EnvBase`` bookkeeping); nested under ``_env``/``env``/
+    ``inner``, the generators of what it wraps (three levels)."""
+    out: dict[str, Any] = {}
+    own = own_names(type(env)) if depth == 0 else frozenset()
+    attributes = {**vars(env), **(getattr(env, "_buffers", None) or {})}  # a Module keeps tensors as buffers
+    for name, value in attributes.items():
+        if isinstance(value, torch.Generator):
+            out[name] = ("torch.Generator", value.get_state())
+        elif isinstance(value, np.random.Generator):
+            out[name] = ("numpy.Generator", value.bit_generator.state)
+        elif isinstance(value, np.random.RandomState):
+            out[name] = ("numpy.RandomState", value.get_state())
+        elif depth == 0 and name in own and (value is None or type(value) in (bool, int, float, str)):
+            out[name] = ("value", value)
+        elif depth == 0 and name in own and isinstance(value, torch.Tensor) and value.numel() <= MAX_TENSOR \
+                and not value.is_meta:
+            out[name] = ("value", value.detach().clone())
+        elif name in _NESTED and depth < 3 and hasattr(value, "__dict__") and not isinstance(value, type):
+            inner = env_state(value, depth + 1)
+            if inner:
+                out[name] = ("nested", inner)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def own_names(cls: type) -> frozenset[str]:
+    """The attribute names the methods of ``cls`` and its bases use, torchrl's ``EnvBase`` and torch's
+    ``Module`` aside: an env's episode counters and targets, not the base class's caches and flags."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if klass.__module__ in _GENERIC_MODULES:
+            continue
+        for member in vars(klass).values():
+            for fn in (member, getattr(member, "fget", None), getattr(member, "__func__", None)):
+                code = getattr(fn, "__code__", None)
+                if code is not None:
+                    names.update(_code_names(code))
+    return frozenset(names)
+
+
+def _code_names(code) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _code_names(const)
+    return names
+
+
+def restore_env_state(env: Any, state: dict[str, Any]) -> None:
+    """Put ``state`` (:func:`env_state`) back on ``env``."""
+    for name, (kind, value) in state.items():
+        current = getattr(env, name, None)
+        if kind == "torch.Generator":
+            current.set_state(value)
+        elif kind == "numpy.Generator":
+            current.bit_generator.state = value
+        elif kind == "numpy.RandomState":
+            current.set_state(value)
+        elif kind == "nested":
+            restore_env_state(current, value)
+        elif name in (getattr(env, "_buffers", None) or {}):
+            env._buffers[name] = value
+        else:
+            object.__setattr__(env, name, value)
+
+
+def restore_seed_state(env: Any, state: dict[str, Any]) -> None:
+    """Put a :func:`seed_state` (unpickled) back: the global RNGs and ``env``'s own state."""
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["random"])
+    restore_env_state(env, state["env"])
+
+
+def digest(td: TensorDictBase) -> int:
+    """A 64-bit digest of every leaf of ``td`` (tensors by their bytes, strings by their text), keys in order."""
+    h = hashlib.blake2b(digest_size=8)
+    for key in sorted(td.keys(True, True), key=str):
+        if key == KEY:
+            continue
+        value = td.get(key)
+        h.update(str(key).encode())
+        if isinstance(value, torch.Tensor):
+            h.update(value.detach().cpu().contiguous().numpy().tobytes())
+        else:
+            h.update(repr(getattr(value, "data", value)).encode())
+    return int.from_bytes(h.digest(), "little", signed=True)
+
+
+def _filled(td: TensorDictBase, value: int) -> torch.Tensor:
+    return torch.full(td.batch_size, value, dtype=torch.int64, device=td.device)
+
+
+def _scalar(value: Any) -> Any:
+    return value.reshape(-1)[0] if isinstance(value, torch.Tensor) else value
+
+
+def _optional(td: TensorDictBase | None, key: str, kind=int) -> Any:
+    value = td.get(key, None) if td is not None else None
+    return None if value is None else kind(_scalar(value))
+
+
+def _instruction(td: TensorDictBase) -> str | None:
+    value = td.get("language_instruction", None)
+    if value is None:
+        return None
+    value = getattr(value, "data", value)
+    while isinstance(value, (list, tuple)) and value:
+        value = value[0]
+    return value if isinstance(value, str) else None
+
+
+def _init_state(env: Any) -> int | None:
+    value = getattr(env, "topo_init_state", None)
+    if value is None:
+        value = getattr(env, "_current_init_state_index", None)
+    return None if value is None else int(value)
+
+
+def _name(key: Any) -> str:
+    return ".".join(key) if isinstance(key, tuple) else str(key)
