@@ -3,6 +3,7 @@
     python examples/train_grpo.py examples/toy_2x3.yaml                      # seconds, no simulator
     python examples/train_grpo.py examples/libero_cpu.yaml --iterations 3    # real LIBERO, on the CPU
     python examples/train_grpo.py examples/toy_eval.yaml --iterations 80 --lr 1e-2   # evaluated every 20
+    python examples/train_grpo.py examples/toy_traced.yaml --episode-steps 8 --report runs/traced   # replayable
 
 The spec's ``policy`` section names the factory (``topo.policies.tinyvla:make``) and where the copies
 that act run (each subcollector, or one inference server). This script builds its own copy from the
@@ -10,7 +11,8 @@ same factory, iterates the collector topo builds, takes one policy-gradient step
 advantages normalised within each GRPO group id, and pushes its weights to every acting copy each
 iteration. Every row of a batch says which weights acted (``policy_version``). A spec with an ``eval``
 section is evaluated before training (the baseline) and as it says (``eval.every``); each evaluation's
-table is printed as it ends.
+table is printed as it ends. With ``--report DIR`` the run is kept: the script ends naming its
+lowest-return episode, which ``topo runs show`` and ``topo replay`` read from there.
 """
 from __future__ import annotations
 
@@ -39,7 +41,8 @@ def main() -> None:
     parser.add_argument("spec", help="a spec (or saved plan) with a policy section")
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--report", help="write DIR/summary.json, as `topo launch --report` does")
+    parser.add_argument("--report", help="keep the run in DIR (summary.json, episodes), as `topo launch --report` does")
+    parser.add_argument("--episode-steps", type=int, default=None, help="end each episode after this many steps")
     args = parser.parse_args()
 
     plan = topo.load(args.spec)  # a spec compiled now, or a saved plan still fresh
@@ -47,7 +50,8 @@ def main() -> None:
     optim = torch.optim.Adam(policy.parameters(), lr=args.lr)
 
     shown: list[dict] = []
-    with topo.collector(plan, policy=policy, report_dir=args.report) as run:
+    bound = {} if args.episode_steps is None else {"max_frames_per_traj": args.episode_steps}
+    with topo.collector(plan, policy=policy, report_dir=args.report, **bound) as run:
         if plan.data.get("eval"):
             print(eval_table(run.evaluate(step=0)), flush=True)  # the untrained policy: the baseline
             shown.append(run.evaluations[0])
@@ -70,7 +74,13 @@ def main() -> None:
                 print(eval_table(result), flush=True)
             if i + 1 >= args.iterations:
                 break
+        ended = [e for e in run.episodes() if e.end is not None and e.end["how"] != "closed"]
     print(run.report)
+    if args.report and ended:
+        worst = min(ended, key=lambda e: e.end["return"])
+        print(f"lowest return: episode {worst.id} ({worst.end['return']:+.3f} over {worst.end['steps']} steps, "
+              f"subcollector {worst.row['subcollector']}, worker {worst.row['index']}, task {worst.row['task_id']}); "
+              f"see it again: topo replay {args.report} {worst.id}")
 
 
 if __name__ == "__main__":  # spawned subcollectors import this file again: the loop stays here

@@ -26,13 +26,14 @@ from .load import load as load_spec
 from .plan import compile_source, compile_spec
 from .validate import Checked, validate
 from .api import Plan, PlanSource, Row, Subcollector, load
+from .episodes import EpisodeId, Episodes, episode_id
 
 if TYPE_CHECKING:
     from .launch.session import Run
 
 __all__ = [
-    "Checked", "LaunchError", "Plan", "PlanSource", "Row", "Source", "SpecError", "StalePlanError", "Subcollector",
-    "TopoError", "UsageError", "__version__", "collector", "compile_source", "compile_spec", "eval_table", "load",
+    "Checked", "EpisodeId", "Episodes", "LaunchError", "Plan", "PlanSource", "Row", "Source", "SpecError", "StalePlanError", "Subcollector",
+    "TopoError", "UsageError", "__version__", "collector", "compile_source", "compile_spec", "episode_id", "eval_table", "load",
     "load_spec", "validate",
 ]
 

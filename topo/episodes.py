@@ -28,7 +28,7 @@ from typing import Any, Iterator
 
 KEY = "topo_episode"  # the batch key
 FOLDER = "episodes"
-RECORD_VAR = "TOPO_RECORD_ACTIONS"  # "1" in a run's processes when launch.record_actions is on
+RECORD_VAR = "TOPO_RECORD"  # in a run's processes: "episodes" (the default), "actions" (record_actions) or "off"
 EVAL_BIT = 1 << 62
 ROW_SHIFT, ROW_BITS = 42, 20  # a plan row's global_index: up to 1,048,575
 LIFE_SHIFT, LIFE_BITS = 28, 14  # a restart number: up to 16,383
@@ -87,6 +87,20 @@ def episode_id(value: int | str) -> str:
     return str(EpisodeId.of(value))
 
 
+def counts(run_dir: str) -> dict[str, Any]:
+    """What a run directory holds, without parsing it (the report's ``episodes`` section): episodes started,
+    worker lives, whether actions were kept, and the folder."""
+    folder = os.path.join(run_dir, FOLDER)
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    lives = [n for n in names if n.endswith(".jsonl") and not n.startswith("versions.")]
+    started = 0
+    for name in lives:
+        with open(os.path.join(folder, name), "rb") as f:
+            started += sum(chunk.count(b'{"event": "start"') for chunk in iter(lambda: f.read(1 << 20), b""))
+    return {"recorded": started, "worker_lives": len(lives), "actions": any(n.endswith(".steps") for n in names),
+            "folder": folder}
+
+
 def life_file(run_dir: str, life: str, suffix: str = ".jsonl") -> str:
     return os.path.join(run_dir, FOLDER, life + suffix)
 
@@ -121,10 +135,11 @@ class Episode:
 
 
 class Episodes:
-    """The episodes of a run directory (a run's ``topo-run-*`` folder), read once when made."""
+    """The episodes of a run, read once when made: ``run`` is its run directory (``topo-run-*``) or the report
+    directory holding it (:func:`find_run`). Iterate it, :meth:`get` one by id, :meth:`select` by filters."""
 
-    def __init__(self, run_dir: str):
-        self.run_dir = os.fspath(run_dir)
+    def __init__(self, run: str | os.PathLike[str]):
+        self.run_dir = find_run(os.fspath(run))
         self.plan = _plan(self.run_dir)
         self.blobs: dict[str, str] = {}
         self._episodes: dict[EpisodeId, Episode] = {}
@@ -149,6 +164,27 @@ class Episodes:
         if key not in self._episodes:
             raise KeyError(f"run {self.run_dir} recorded no episode {key}")
         return self._episodes[key]
+
+    def steps(self, value: int | str | EpisodeId) -> dict[str, Any]:
+        """An episode's recorded steps (``launch.record_actions``): numpy arrays ``action.<key>`` ``[T, ...]``,
+        ``rewards`` ``[T]`` and ``digests`` ``[T + 1]`` (the reset's, then each step's). ``LookupError`` saying
+        why when there are none. Imports numpy."""
+        import io
+
+        import numpy as np
+
+        episode = self.get(value)
+        where = (episode.end or {}).get("actions")
+        if where is None:
+            why = ("it had not ended when its worker stopped" if episode.end is None else
+                   "the run recorded no actions: set launch.record_actions: true in the spec")
+            raise LookupError(f"episode {episode.id} has no recorded steps: {why}")
+        offset, length = where
+        with open(life_file(self.run_dir, episode.id.life, ".steps"), "rb") as f:
+            f.seek(offset)
+            blob = f.read(length)
+        with np.load(io.BytesIO(blob)) as data:
+            return {key: data[key] for key in data.files}
 
     def select(self, *, task: int | None = None, worker: int | None = None, subcollector: int | None = None,
                version: int | None = None, min_return: float | None = None, max_return: float | None = None,

@@ -106,6 +106,7 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
             "metadata_from_workers": spec.metadata_from_workers,
             "use_buffers": spec.use_buffers,
             "preload": preload_modules(backend.builder) if spec.start_workers == "forkserver" and spec.preload else None,
+            **({"provenance": False} if not spec.provenance else {}),
             **({"record_actions": True} if spec.record_actions else {}),
         },
         "groups": {

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import io
-import pickle
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,7 +74,7 @@ def replay(run: str, episode: str | int, *, actions: dict[str, np.ndarray] | Non
     path) receives the frames. Raises :class:`~topo.errors.UsageError` for an unknown episode, a run that
     recorded no actions, or a video of an env without images.
     """
-    from .envs.recording import EpisodeLog, restore_seed_state
+    from .envs.recording import EpisodeLog, decode_seed_state, restore_seed_state
 
     run_dir = _run_dir(run)
     episodes = Episodes(run_dir)
@@ -83,18 +82,21 @@ def replay(run: str, episode: str | int, *, actions: dict[str, np.ndarray] | Non
         found = episodes.get(episode)
     except (KeyError, ValueError) as err:
         raise UsageError(str(err).strip("'\"")) from None
-    recorded = _recording(run_dir, found)
+    try:
+        recorded = episodes.steps(found.id)
+    except LookupError as err:
+        raise UsageError(f"episode {found.id} cannot be replayed: {str(err).split(': ', 1)[1]}") from None
     if actions is None:
         actions = {k[len("action."):]: v for k, v in recorded.items() if k.startswith("action.")}
     started = time.monotonic()
-    env, seed_state = _build(found, episodes)
+    env, parts = _build(found, episodes)
+    seed_state = None if parts is None else decode_seed_state(parts)
     memory = _Memory()
     log = EpisodeLog(memory, row=found.id.row, restart=found.id.restart, seed=found.start.get("seed"),
                      eval=found.id.eval, actions=True)
-    from torchrl.envs import TransformedEnv
     from torchrl.envs.utils import step_mdp
 
-    wrapped = TransformedEnv(env, log)
+    wrapped = log.install(env)
     try:
         if seed_state is not None:
             restore_seed_state(env, seed_state)
@@ -129,22 +131,6 @@ def _run_dir(run: str) -> str:
         raise UsageError(str(err)) from None
 
 
-def _recording(run_dir: str, found: Episode) -> dict[str, np.ndarray]:
-    where = (found.end or {}).get("actions")
-    if where is None:
-        why = ("it had not ended when its worker stopped" if found.end is None else
-               "the run recorded no actions: set launch.record_actions: true in the spec")
-        raise UsageError(f"episode {found.id} cannot be replayed: {why}")
-    from .episodes import life_file
-
-    offset, length = where
-    with open(life_file(run_dir, found.id.life, ".steps"), "rb") as f:
-        f.seek(offset)
-        blob = f.read(length)
-    with np.load(io.BytesIO(blob)) as data:
-        return {key: data[key] for key in data.files}
-
-
 def _build(found: Episode, episodes: Episodes):
     """The env the episode's worker built, and the seed state to give it before the reset (None: an eval
     episode's schedule sets it up itself)."""
@@ -159,9 +145,7 @@ def _build(found: Episode, episodes: Episodes):
     env = import_builder(kwargs["builder"])(dict(kwargs["env"]), **render)
     if kwargs.get("seed") is not None:
         env.set_seed(kwargs["seed"])
-    blobs = episodes.blobs
-    state = {name: pickle.loads(base64.b64decode(blobs[ref])) for name, ref in found.start["state"].items()}
-    return env, state
+    return env, {name: base64.b64decode(episodes.blobs[ref]) for name, ref in found.start["state"].items()}
 
 
 def _eval_env(row: dict, found: Episode):

@@ -6,6 +6,7 @@ the latest run there). ``runs show`` reads the records (:class:`topo.episodes.Ep
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
@@ -78,7 +79,8 @@ def replay(run, episode, video, actions_file, fmt):
     if actions_file is not None:
         with np.load(actions_file) as data:
             actions = {key: data[key] for key in data.files}
-    result = run_replay(run, episode, actions=actions, video=video)
+    with contextlib.redirect_stdout(sys.stderr):  # what the env prints as it is built (LIBERO does) is not the result
+        result = run_replay(run, episode, actions=actions, video=video)
     click.echo(json.dumps(result.to_dict(), indent=1) if fmt == "json" else str(result))
     if result.video and fmt == "text":
         click.echo(f"frames: {result.video}")

@@ -149,6 +149,7 @@ class Spec:
     restarts_max: int  # subcollector restarts allowed while collecting (0: a failure ends the run)
     restarts_window: float | None  # ... within any window of this many seconds (None: the whole run)
     hang_timeout: float | None  # seconds in one env step (or a subcollector without a step) that make a hang
+    provenance: bool  # every step carries its episode id; each episode recorded in the run directory
     record_actions: bool  # env workers keep each episode's actions and step digests (topo replay)
     metadata_from_workers: bool
     use_buffers: bool
@@ -253,6 +254,7 @@ def from_data(data: Mapping[str, Any]) -> Spec:
         restarts_max=(launch.get("restarts") or {}).get("max", 0),
         restarts_window=(launch.get("restarts") or {}).get("window"),
         hang_timeout=launch.get("hang_timeout"),
+        provenance=bool(launch.get("provenance", True)),
         record_actions=bool(launch.get("record_actions", False)),
         metadata_from_workers=launch.get("metadata_from_workers", True),
         use_buffers=launch.get("use_buffers", False),

@@ -57,10 +57,11 @@ def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: in
     run.marker("constructed", worker=where, seed=seed, seconds=time.monotonic() - started,
                render_device=getattr(instance, "topo_render_device", None),
                model_cache=getattr(instance, "topo_model_cache", None))
-    if "global_index" in where:
+    record = os.environ.get(RECORD_VAR, "episodes")
+    if "global_index" in where and record != "off":
         from .envs.recording import wrap
 
-        instance = wrap(instance, run.path, where, seed, restart_number(), os.environ.get(RECORD_VAR) == "1")
+        instance = wrap(instance, run.path, where, seed, restart_number(), record == "actions")
     record_close(instance, run, where)
     heartbeat.watch(instance, run, where)
     return instance

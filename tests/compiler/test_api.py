@@ -33,9 +33,9 @@ def cli(*args) -> str:
 
 def test_public_names():
     assert sorted(topo.__all__) == sorted([
-        "Checked", "LaunchError", "Plan", "PlanSource", "Row", "Source", "SpecError", "StalePlanError", "Subcollector",
-        "TopoError", "UsageError", "__version__", "collector", "compile_source", "compile_spec", "eval_table", "load", "load_spec",
-        "validate"])
+        "Checked", "EpisodeId", "Episodes", "LaunchError", "Plan", "PlanSource", "Row", "Source", "SpecError",
+        "StalePlanError", "Subcollector", "TopoError", "UsageError", "__version__", "collector", "compile_source",
+        "compile_spec", "episode_id", "eval_table", "load", "load_spec", "validate"])
     assert all(hasattr(topo, name) for name in topo.__all__)
     assert (Path(topo.__file__).parent / "py.typed").is_file()  # PEP 561 marker (package-data in pyproject)
 

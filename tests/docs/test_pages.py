@@ -70,6 +70,7 @@ FILLED = {
     "launch.max_concurrent_starts": lambda s: s.max_concurrent_starts,
     "launch.restarts.window": lambda s: s.restarts_window,
     "launch.hang_timeout": lambda s: s.hang_timeout,
+    "launch.provenance": lambda s: s.provenance,
     "launch.record_actions": lambda s: s.record_actions,
     "launch.metadata_from_workers": lambda s: s.metadata_from_workers,
     "launch.use_buffers": lambda s: s.use_buffers,

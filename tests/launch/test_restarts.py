@@ -3,7 +3,6 @@ or which died or stopped answering itself, starts again with its plan rows while
 envs; past the budget the run fails naming the worker; blame is exact; nothing the run started is left."""
 from __future__ import annotations
 
-import io
 import json
 import os
 import random
@@ -17,7 +16,7 @@ import psutil
 import pytest
 
 import topo
-from topo.episodes import EpisodeId, Episodes, find_run, life_file
+from topo.episodes import EpisodeId, Episodes, episode_id, find_run
 from topo.rundir import RESTART_VAR, RUN_DIR_VAR, RunDir
 
 from tests.launch.launch_helpers import (HANG_GUARD_S, HERE, LAUNCH_LIMITS, alive, launch, subprocess_env,
@@ -138,6 +137,11 @@ def test_every_episode_of_the_run_resolves_to_its_plan_row_life_seed_and_policy_
         restarted = row["subcollector"] == 1 and e.id.restart == 1
         assert s["seed"] == (row["seed"] + 4 if restarted else row["seed"])  # restart k: planned seed + k x 4 workers
         assert set(s["policy_versions"]) == versions, (str(e.id), versions)
+    (listed,) = of(events, "episodes")  # run.episodes(), read by the trainer before the run ended
+    assert {episode_id(v) for v in seen} <= set(listed["ids"])
+    report = json.loads((report_dir / "summary.json").read_text())
+    assert report["episodes"]["recorded"] == len(episodes) and report["episodes"]["actions"] is True
+    assert "episodes recorded: " in done.stderr and f"topo runs show {report['run_dir']}" in done.stderr
     lives = {(EpisodeId.of(v).row, EpisodeId.of(v).restart) for v in seen}
     assert lives == {(0, 0), (1, 0), (2, 0), (3, 0), (2, 1), (3, 1)}  # subcollector 1's rows, in both lives
     assert max(EpisodeId.of(v).episode for v in seen) >= 1  # episodes of at most 5 steps: more than one per life
@@ -159,8 +163,7 @@ def test_a_recorded_episode_replays_bit_for_bit_and_an_altered_action_is_named(k
         assert replayed.returncode == 0 and out["identical"] and out["steps"] == e.end["steps"] > 0, replayed.stdout
         assert out["replayed_return"] == e.end["return"]
     e = chosen[0]
-    actions = dict(np.load(io.BytesIO(_steps_blob(report_dir, e))))
-    altered = actions["action.action"].copy()
+    altered = episodes.steps(e.id)["action.action"].copy()
     altered[1] += 0.25
     np.savez(tmp_path / "altered.npz", action=altered)
     replayed = subprocess.run(topo_cli("replay", report_dir, str(e.id), "--actions", tmp_path / "altered.npz"),
@@ -170,13 +173,6 @@ def test_a_recorded_episode_replays_bit_for_bit_and_an_altered_action_is_named(k
 
 def topo_cli(*args) -> list[str]:
     return [sys.executable, "-m", "topo", *map(str, args)]
-
-
-def _steps_blob(report_dir, e) -> bytes:
-    offset, length = e.end["actions"]
-    with open(life_file(find_run(str(report_dir)), e.id.life, ".steps"), "rb") as f:
-        f.seek(offset)
-        return f.read(length)
 
 
 def test_topo_launch_restarts_a_killed_worker_and_reports_it(tmp_path):

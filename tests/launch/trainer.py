@@ -126,6 +126,8 @@ def main() -> None:
                 emit(event="update", version=version, seconds=time.monotonic() - started)
                 if i + 1 >= args.iterations:
                     break
+            if args.record_actions:
+                emit(event="episodes", ids=[str(e.id) for e in run.episodes()])
     except LaunchError as err:
         emit(event="launch-error", message=str(err), subcollector=err.subcollector, worker=err.worker,
              row=err.row, exit_code=err.exit_code, formatted=err.format())

@@ -1,7 +1,7 @@
 """In an env worker: the episode id on every step, and the records it resolves to (:mod:`topo.episodes`).
 
-:func:`wrap` puts :class:`EpisodeLog` on the env a worker built (a ``TransformedEnv``: the key is in the
-env's spec, so ``ParallelEnv`` reads it from the worker's metadata like any other). At each reset it takes
+:func:`wrap` puts :class:`EpisodeLog` on the env a worker built (the key is added to the env's spec, so
+``ParallelEnv`` reads it from the worker's metadata like any other). At each reset it takes
 the seed state first (:func:`seed_state`: the global RNGs and the env's own counters and generators,
 what :mod:`topo.replay` restores), then writes the episode's ``start``; at its end (done, the next reset,
 or ``close``) its ``end``. With ``record_actions`` each step's actions and a digest of what it returned
@@ -24,14 +24,14 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 from torchrl.data import Unbounded
-from torchrl.envs import EnvBase, Transform, TransformedEnv
+from torchrl.envs import EnvBase
 
 from ..episodes import KEY, EpisodeId, life_file
 
 MAX_TENSOR = 1 << 16  # env attributes: tensors up to this many elements are state; larger ones are data
 _NESTED = ("_env", "env", "inner")  # where a wrapper keeps what it wraps: their generators are state too
 IDLE = -1  # the id of an eval worker's idle step (no episode)
-_GENERIC_MODULES = ("builtins", "torchrl.envs.common", "torch.nn.modules.module", "torchrl.envs.transforms._base")
+_GENERIC_MODULES = ("builtins", "torchrl.envs.common", "torch.nn.modules.module")
 
 
 class LifeWriter:
@@ -42,6 +42,7 @@ class LifeWriter:
         self.steps = life_file(run_dir, life, ".steps")
         os.makedirs(os.path.dirname(self.records), exist_ok=True)
         self._stored: set[str] = set()  # blobs already written to this life's file
+        self._records = self._steps = None  # the files, opened at the first write, closed with the process
 
     def blobs(self, parts: dict[str, bytes]) -> tuple[dict[str, str], dict[str, str]]:
         """(name -> digest, the blobs not yet written: digest -> base64)."""
@@ -55,77 +56,95 @@ class LifeWriter:
         return refs, new
 
     def write(self, record: dict[str, Any]) -> None:
-        with open(self.records, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        """One line, written through at once (a worker killed after it loses nothing before it)."""
+        if self._records is None:
+            self._records = open(self.records, "a", buffering=1)
+        self._records.write(json.dumps(record) + "\n")
 
     def append_steps(self, blob: bytes) -> tuple[int, int]:
         """Append ``blob`` to the steps file: its (offset, length)."""
-        with open(self.steps, "ab") as f:
-            offset = f.tell()
-            f.write(blob)
+        if self._steps is None:
+            self._steps = open(self.steps, "ab", buffering=0)
+        offset = self._steps.tell()
+        self._steps.write(blob)
         return offset, len(blob)
 
 
-class EpisodeLog(Transform):
-    """Stamps ``topo_episode`` on every step and records each episode of this worker life."""
+class EpisodeLog:
+    """Stamps ``topo_episode`` on every step of one env and records each episode of this worker life.
+
+    :meth:`install` wraps the env's ``_reset`` and ``_step`` (instance attributes, no subclass: a
+    ``TransformedEnv`` would clone every step's input) and adds the key to its observation spec."""
 
     def __init__(self, writer: LifeWriter, *, row: int, restart: int, seed: int | None, eval: bool = False,
                  actions: bool = False):
-        super().__init__()
         self.writer, self.row, self.restart, self.seed, self.is_eval, self.actions = writer, row, restart, seed, eval, actions
         self.episodes = 0  # started in this life
-        self._id = IDLE
-        self._pending: dict[str, bytes] | None = None
+        self._id = _ids(IDLE)
         self._open = False
         self._steps = 0
         self._return = 0.0
+        self._success: bool | None = None  # None: the env reports no success
         self._acted: dict[str, list] = {}
         self._digests: list[int] = []
         self._rewards: list[float] = []
+        self._action_keys: list = []
 
-    def transform_observation_spec(self, observation_spec):
-        observation_spec[KEY] = Unbounded(shape=observation_spec.shape, dtype=torch.int64, device=observation_spec.device)
-        return observation_spec
+    def install(self, env: EnvBase) -> EnvBase:
+        spec = env.full_observation_spec.clone()
+        spec[KEY] = Unbounded(shape=env.batch_size, dtype=torch.int64, device=env.device)
+        env.full_observation_spec = spec
+        self._action_keys = list(env.full_action_spec.keys(True, True))
+        reset, step = env._reset, env._step
 
-    def _reset_env_preprocess(self, tensordict):
-        self.finish("reset")
-        self._pending = seed_state(self.parent.base_env)
-        return tensordict
+        def _reset(tensordict=None, **kwargs):
+            self.finish("reset")
+            state = seed_state(env)
+            out = reset(tensordict, **kwargs)
+            self.started(env, out, state)
+            return out
 
-    def _reset(self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase) -> TensorDictBase:
-        state, self._pending = self._pending, None
-        if int(_scalar(tensordict_reset.get("eval_episode", 0))) == IDLE:
-            self._id = IDLE
+        def _step(tensordict):
+            out = step(tensordict)
+            self.stepped(tensordict, out)
+            return out
+
+        env._reset, env._step = _reset, _step
+        return env
+
+    def started(self, env: EnvBase, out: TensorDictBase, state: dict[str, bytes]) -> None:
+        if "eval_episode" in out.keys() and int(_scalar(out.get("eval_episode"))) == IDLE:
+            self._id = _ids(IDLE, env.batch_size)
         else:
-            self._id = int(EpisodeId(self.row, self.restart, self.episodes, eval=self.is_eval))
+            value = int(EpisodeId(self.row, self.restart, self.episodes, eval=self.is_eval))
+            self._id = _ids(value, env.batch_size)
             self.episodes += 1
-            self._start(tensordict_reset, state or seed_state(self.parent.base_env))
-        tensordict_reset.set(KEY, _filled(tensordict_reset, self._id))
-        return tensordict_reset
+            self._start(env, out, state, value)
+        out.set(KEY, self._id)
 
-    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+    def stepped(self, tensordict: TensorDictBase, out: TensorDictBase) -> None:
         if self._open:
             self._steps += 1
-            reward = next_tensordict.get("reward", None)
+            reward = out.get("reward", None)
             reward = 0.0 if reward is None else float(reward.sum())
             self._return += reward
+            success = out.get("success", None)
+            if success is not None:
+                self._success = bool(self._success) or bool(success.any())
             if self.actions:
                 self._rewards.append(reward)
-                for key in self.parent.action_keys:
+                for key in self._action_keys:
                     self._acted.setdefault(_name(key), []).append(tensordict.get(key).detach().cpu().numpy().copy())
-                self._digests.append(digest(next_tensordict))
-            if bool(next_tensordict.get("done").any()):
-                terminated = next_tensordict.get("terminated", None)
-                self.finish("terminated" if terminated is not None and bool(terminated.any()) else "truncated",
-                            next_tensordict)
-        next_tensordict.set(KEY, _filled(next_tensordict, self._id))
-        return next_tensordict
+                self._digests.append(digest(out))
+            if bool(out.get("done").any()):
+                terminated = out.get("terminated", None)
+                self.finish("terminated" if terminated is not None and bool(terminated.any()) else "truncated")
+        out.set(KEY, self._id)
 
-    def _start(self, out: TensorDictBase, state: dict[str, bytes]) -> None:
+    def _start(self, env: EnvBase, out: TensorDictBase, state: dict[str, bytes], value: int) -> None:
         refs, new = self.writer.blobs(state)
-        env = self.parent.base_env
         init_state = _optional(out, "eval_init_state") if "eval_init_state" in out.keys() else _init_state(env)
-        record = {"event": "start", "id": self._id, "time": time.time(), "seed": self.seed, "state": refs,
+        record = {"event": "start", "id": value, "time": time.time(), "seed": self.seed, "state": refs,
                   "init_state": None if init_state == -1 else init_state, "group_id": _optional(out, "group_id"),
                   "instruction": _instruction(out)}
         for key in ("eval_round", "eval_episode"):
@@ -134,17 +153,16 @@ class EpisodeLog(Transform):
         if new:
             record["blobs"] = new
         self.writer.write(record)
-        self._open, self._steps, self._return = True, 0, 0.0
+        self._open, self._steps, self._return, self._success = True, 0, 0.0, None
         self._acted, self._digests, self._rewards = {}, ([digest(out)] if self.actions else []), []
 
-    def finish(self, how: str, last: TensorDictBase | None = None) -> None:
+    def finish(self, how: str) -> None:
         """End the open episode (``how``: terminated, truncated, reset, closed): its ``end`` record."""
         if not self._open:
             return
         self._open = False
-        record: dict[str, Any] = {"event": "end", "id": self._id, "time": time.time(), "steps": self._steps,
-                                  "return": self._return, "how": how,
-                                  "success": _optional(last, "success", bool) if last is not None else None}
+        record: dict[str, Any] = {"event": "end", "id": int(self._id.reshape(-1)[0]), "time": time.time(),
+                                  "steps": self._steps, "return": self._return, "how": how, "success": self._success}
         if self.actions:
             buffer = io.BytesIO()
             arrays = {f"action.{name}": np.stack(values) for name, values in self._acted.items()}
@@ -154,31 +172,39 @@ class EpisodeLog(Transform):
         self.writer.write(record)
 
 
-def wrap(env: EnvBase, run_dir: str, worker: dict, seed: int | None, restart: int, actions: bool) -> TransformedEnv:
+def wrap(env: EnvBase, run_dir: str, worker: dict, seed: int | None, restart: int, actions: bool) -> EnvBase:
     """``env`` with its episodes recorded in ``run_dir`` under this worker life (``close`` ends the open one)."""
     is_eval = worker.get("role") == "eval"
     key = EpisodeId(worker["global_index"], restart, 0, eval=is_eval)
     log = EpisodeLog(LifeWriter(run_dir, key.life), row=key.row, restart=restart, seed=seed, eval=is_eval,
                      actions=actions)
-    wrapped = TransformedEnv(env, log)
-    close = wrapped.close
+    log.install(env)
+    close = env.close
 
     def closing(*args: Any, **kwargs: Any) -> Any:
         log.finish("closed")
+        env.__dict__.pop("close", None)  # once; later calls (``__del__``) go to the class
         return close(*args, **kwargs)
 
-    wrapped.close = closing
-    return wrapped
+    env.close = closing
+    return env
 
 
 # -- the seed state at a reset, and what a step returned ------------------------------------------
 
 def seed_state(env: Any) -> dict[str, bytes]:
-    """What decides an episode's reset besides the env's construction and seed, each part pickled: the global
-    RNGs, and the env's plain attributes (counters, small tensors) and generators, with the generators of
-    what it wraps."""
-    return {"torch": pickle.dumps(torch.get_rng_state()), "numpy": pickle.dumps(np.random.get_state()),
+    """What decides an episode's reset besides the env's construction and seed, each part as bytes (no tensor
+    pickled: torch's pickling is slow): the global RNGs, and the env's plain attributes (counters, small
+    tensors) and generators, with the generators of what it wraps. :func:`decode_seed_state` reads it."""
+    return {"torch": torch.get_rng_state().numpy().tobytes(), "numpy": pickle.dumps(np.random.get_state()),
             "random": pickle.dumps(random.getstate()), "env": pickle.dumps(env_state(env))}
+
+
+def decode_seed_state(parts: dict[str, bytes]) -> dict[str, Any]:
+    """A :func:`seed_state`, readable by :func:`restore_seed_state`."""
+    return {"torch": torch.frombuffer(bytearray(parts["torch"]), dtype=torch.uint8),
+            "numpy": pickle.loads(parts["numpy"]), "random": pickle.loads(parts["random"]),
+            "env": pickle.loads(parts["env"])}
 
 
 def env_state(env: Any, depth: int = 0) -> dict[str, Any]:
@@ -190,7 +216,7 @@ def env_state(env: Any, depth: int = 0) -> dict[str, Any]:
     attributes = {**vars(env), **(getattr(env, "_buffers", None) or {})}  # a Module keeps tensors as buffers
     for name, value in attributes.items():
         if isinstance(value, torch.Generator):
-            out[name] = ("torch.Generator", value.get_state())
+            out[name] = ("torch.Generator", value.get_state().numpy())
         elif isinstance(value, np.random.Generator):
             out[name] = ("numpy.Generator", value.bit_generator.state)
         elif isinstance(value, np.random.RandomState):
@@ -198,8 +224,8 @@ def env_state(env: Any, depth: int = 0) -> dict[str, Any]:
         elif depth == 0 and name in own and (value is None or type(value) in (bool, int, float, str)):
             out[name] = ("value", value)
         elif depth == 0 and name in own and isinstance(value, torch.Tensor) and value.numel() <= MAX_TENSOR \
-                and not value.is_meta:
-            out[name] = ("value", value.detach().clone())
+                and not value.is_meta and value.dtype != torch.bfloat16:
+            out[name] = ("tensor", (value.detach().cpu().numpy().copy(), str(value.device)))
         elif name in _NESTED and depth < 3 and hasattr(value, "__dict__") and not isinstance(value, type):
             inner = env_state(value, depth + 1)
             if inner:
@@ -236,17 +262,20 @@ def restore_env_state(env: Any, state: dict[str, Any]) -> None:
     for name, (kind, value) in state.items():
         current = getattr(env, name, None)
         if kind == "torch.Generator":
-            current.set_state(value)
+            current.set_state(torch.from_numpy(value))
         elif kind == "numpy.Generator":
             current.bit_generator.state = value
         elif kind == "numpy.RandomState":
             current.set_state(value)
         elif kind == "nested":
             restore_env_state(current, value)
-        elif name in (getattr(env, "_buffers", None) or {}):
-            env._buffers[name] = value
         else:
-            object.__setattr__(env, name, value)
+            if kind == "tensor":
+                value = torch.from_numpy(value[0]).to(value[1])
+            if name in (getattr(env, "_buffers", None) or {}):
+                env._buffers[name] = value
+            else:
+                object.__setattr__(env, name, value)
 
 
 def restore_seed_state(env: Any, state: dict[str, Any]) -> None:
@@ -272,17 +301,18 @@ def digest(td: TensorDictBase) -> int:
     return int.from_bytes(h.digest(), "little", signed=True)
 
 
-def _filled(td: TensorDictBase, value: int) -> torch.Tensor:
-    return torch.full(td.batch_size, value, dtype=torch.int64, device=td.device)
+def _ids(value: int, shape=()) -> torch.Tensor:
+    """The id as every step of an episode carries it (one tensor, set on each step: no copy per step)."""
+    return torch.full(tuple(shape), value, dtype=torch.int64)
 
 
 def _scalar(value: Any) -> Any:
     return value.reshape(-1)[0] if isinstance(value, torch.Tensor) else value
 
 
-def _optional(td: TensorDictBase | None, key: str, kind=int) -> Any:
-    value = td.get(key, None) if td is not None else None
-    return None if value is None else kind(_scalar(value))
+def _optional(td: TensorDictBase, key: str) -> int | None:
+    value = td.get(key, None)
+    return None if value is None else int(_scalar(value))
 
 
 def _instruction(td: TensorDictBase) -> str | None:

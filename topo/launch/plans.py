@@ -58,6 +58,15 @@ def check_fresh(plan: Mapping[str, Any], spec_path: str | None) -> str | None:
     return path
 
 
+def recording(plan: Mapping[str, Any]) -> str:
+    """What the plan's env workers record (:mod:`topo.envs.recording`): ``"off"`` (``launch.provenance: false``),
+    ``"actions"`` (``launch.record_actions: true``) or ``"episodes"``, the default."""
+    launch = plan["launch"]
+    if launch.get("provenance") is False:
+        return "off"
+    return "actions" if launch.get("record_actions") else "episodes"
+
+
 def shutdown_budget(plan: Mapping[str, Any], *, evaluation: bool = True) -> float:
     """Seconds the collector gets to close every env: the plan's, or sized to the largest subcollector; with
     an eval section (and ``evaluation``), plus what the eval process's run takes to end, its stages included."""

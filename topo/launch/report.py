@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import TopoError
+from .. import episodes
 from . import observe
 from .state import RunState
 from .teardown import Record
@@ -66,9 +67,12 @@ class Report:
         """Write the report to ``report_dir`` (the run directory is kept there); without one, keep the run
         directory with the report only when topo failed, and say where."""
         error = self.data["error"]
+        removed = not report_dir and (error is None or error["in"] != "topo" or error["type"] == "Interrupted")
+        if self.data.get("episodes"):
+            self.data["episodes"]["kept"] = not removed
         if report_dir:
             self.write(report_dir)
-        elif error is None or error["in"] != "topo" or error["type"] == "Interrupted":
+        elif removed:
             shutil.rmtree(run_dir, ignore_errors=True)
         else:
             self.write(run_dir)
@@ -163,6 +167,7 @@ def summary(run: Outcome) -> dict[str, Any]:
                                   "planned": w.row["seed"], "applied": w.seed}
                                  for w in every if w.constructed and w.seed != w.row["seed"]]},
         "evaluation": run.evaluation,
+        "episodes": episodes.counts(state.run.path),
         "plan": plan,
     }
 
@@ -294,6 +299,7 @@ def human(s: dict) -> str:
         f"{p['subcollector_exit_codes']}, peak processes {p['peak']}",
         f"  left behind {len(p['left_behind'])}, alive after {len(p['alive_after'])}",
         human_memory(s.get("memory")),
+        human_episodes(s.get("episodes"), s.get("run_dir")),
     ]
     lines += [f"  WARNING: {warning}" for warning in (s.get("torchrl") or {}).get("warnings", [])]
     policy = s.get("policy")
@@ -355,6 +361,16 @@ def _evaluation(section: dict | None) -> list[str]:
                      f"left behind {len(collector['processes']['left_behind'])}, alive after "
                      f"{len(collector['processes']['alive_after'])}" + ("" if collector["ok"] else ", FAILED"))
     return lines
+
+
+def human_episodes(e: dict | None, run_dir: str | None) -> str:
+    """The report's line on episode provenance (``episodes`` of :func:`summary`)."""
+    if not e or not e["recorded"]:
+        return "  episodes recorded: 0"
+    how = "with their actions (topo replay)" if e["actions"] else "without actions (launch.record_actions: false)"
+    lives = f"{e['worker_lives']} worker li{'fe' if e['worker_lives'] == 1 else 'ves'}"
+    where = f"topo runs show {run_dir}" if e.get("kept", True) else "not kept (keep a run with --report DIR)"
+    return f"  episodes recorded: {e['recorded']} over {lives}, {how}: {where}"
 
 
 def human_memory(m: dict | None) -> str:

@@ -114,6 +114,16 @@ class Run:
         with self.monitor.lock:
             return self.state.memory()
 
+    def episodes(self):
+        """The episodes recorded so far (:class:`topo.episodes.Episodes`): every ``topo_episode`` id in the
+        batches resolves there to its plan row, worker life, seed state and the policy versions that acted
+        (those of the batches already out of each subcollector). Reads the run directory: call it between batches."""
+        from ..episodes import Episodes
+
+        if self.state is None:
+            raise UsageError("the run has not started: its episodes are recorded once it has")
+        return Episodes(self.state.run.path)
+
     def update_weights(self, policy_or_weights=None) -> int:
         """Push the trainer's policy weights (or ``policy_or_weights``) to every acting copy; the new version.
 
@@ -215,7 +225,7 @@ class Run:
     def _window(self, restart: int = 0):
         return trainer.launch_window(self.state.run.path, max_concurrent_starts=self.max_concurrent_starts,
                                      process_logs=self.process_logs, restart=restart,
-                                     record_actions=bool(self.plan["launch"].get("record_actions")))
+                                     record=plans.recording(self.plan))
 
     def _on_failure(self, found: failures.Failure) -> None:
         """In the monitor's thread: stop what cannot go on, then deliver the failure to the trainer."""

@@ -75,11 +75,11 @@ class TrainerState:
 
 @contextlib.contextmanager
 def launch_window(run_path: str, *, max_concurrent_starts: int | None = None, process_logs: bool = False,
-                  restart: int = 0, record_actions: bool = False) -> Iterator[None]:
+                  restart: int = 0, record: str = "episodes") -> Iterator[None]:
     """What the processes started now inherit: the run directory, start slots, the restart number of a
-    subcollector started again, whether env workers record their actions, GL held off (:mod:`topo.gl`),
+    subcollector started again, what env workers record (episodes, also their actions, or nothing), GL held off (:mod:`topo.gl`),
     this process's output as ``processes.log``."""
-    values = {RUN_DIR_VAR: run_path, TRAINER_VAR: str(os.getpid()), RECORD_VAR: "1" if record_actions else "0"}
+    values = {RUN_DIR_VAR: run_path, TRAINER_VAR: str(os.getpid()), RECORD_VAR: record}
     if max_concurrent_starts:
         values[SLOTS_VAR] = str(max_concurrent_starts)
     if restart:

@@ -20,6 +20,10 @@ def launch(spec: Spec, ctx: Context) -> list[Diagnostic]:
         out.append(warning("parent-env-construction", f"metadata_from_workers: false makes each of the {spec.subcollectors} "
                            "subcollector(s) build one throwaway env in its own process to read specs",
                            path + ("metadata_from_workers",), "leave it true unless you are benchmarking"))
+    if spec.record_actions and not spec.provenance:
+        out.append(error("record-actions-without-provenance", "record_actions: true keeps each episode's actions "
+                         "under its episode record, but provenance: false records no episode",
+                         path + ("record_actions",), "remove provenance: false, or record_actions"))
     k = spec.max_concurrent_starts
     if k is not None and k >= spec.total_workers:
         out.append(warning("max-concurrent-starts-unused", f"max_concurrent_starts {k} >= {spec.total_workers} workers: "
