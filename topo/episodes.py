@@ -118,16 +118,27 @@ class Episode:
     start: dict[str, Any]  # the worker's start record
     end: dict[str, Any] | None = None  # None: it had not ended when the worker stopped
     versions: dict[int | None, int] = field(default_factory=dict)  # policy version -> steps it acted (None: none)
+    folder: str = ""  # the episodes folder holding its records (a training run's eval episodes: its eval run's)
+
+    @property
+    def planned(self) -> dict[str, Any] | None:
+        """An eval episode's entry in its row's schedule (task, init state, trial, seed); None for training."""
+        number = self.start.get("eval_episode")  # the plan's episode number, as the eval worker stamps it
+        if not self.id.eval or number is None:
+            return None
+        return next((e for e in self.row.get("episodes") or [] if e.get("episode") == number), None)
 
     def summary(self) -> dict[str, Any]:
         """JSON: what ``topo runs show`` lists."""
         row, end = self.row, self.end or {}
+        planned = self.planned or {}
         return {"id": str(self.id), "eval": self.id.eval, "subcollector": row.get("subcollector"),
                 "worker": row.get("index"), "global_index": self.id.row, "restart": self.id.restart,
-                "episode": self.id.episode, "task_id": row.get("task_id", self.start.get("task_id")),
+                "episode": self.id.episode, "task_id": planned.get("task_id", row.get("task_id")),
                 "instruction": self.start.get("instruction", row.get("instruction")),
                 "group": row.get("group"), "group_id": self.start.get("group_id"),
-                "init_state": self.start.get("init_state"), "seed": self.start.get("seed"),
+                "init_state": self.start.get("init_state"), "seed": planned.get("seed", self.start.get("seed")),
+                "eval_round": self.start.get("eval_round"), "eval_episode": self.start.get("eval_episode"),
                 "started": self.start.get("time"), "steps": end.get("steps"), "return": end.get("return"),
                 "success": end.get("success"), "ended": end.get("how"),
                 "policy_versions": sorted((v for v in self.versions if v is not None)),
@@ -136,21 +147,26 @@ class Episode:
 
 class Episodes:
     """The episodes of a run, read once when made: ``run`` is its run directory (``topo-run-*``) or the report
-    directory holding it (:func:`find_run`). Iterate it, :meth:`get` one by id, :meth:`select` by filters."""
+    directory holding it (:func:`find_run`); a training run's evaluations (its eval run, under
+    ``eval/collector/``) are read with it. Iterate it, :meth:`get` one by id, :meth:`select` by filters."""
 
     def __init__(self, run: str | os.PathLike[str]):
         self.run_dir = find_run(os.fspath(run))
         self.plan = _plan(self.run_dir)
         self.blobs: dict[str, str] = {}
         self._episodes: dict[EpisodeId, Episode] = {}
-        folder = os.path.join(self.run_dir, FOLDER)
-        names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-        for name in names:
-            if name.endswith(".jsonl") and not name.startswith("versions."):
-                self._read_life(os.path.join(folder, name))
-        for name in names:
-            if name.startswith("versions."):
-                self._read_versions(os.path.join(folder, name))
+        evaluations = os.path.join(self.run_dir, "eval", "collector")
+        folders = [os.path.join(self.run_dir, FOLDER)] + sorted(
+            os.path.join(evaluations, name, FOLDER) for name in (os.listdir(evaluations) if os.path.isdir(evaluations)
+                                                                 else []) if name.startswith("topo-run-"))
+        for folder in folders:
+            names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+            for name in names:
+                if name.endswith(".jsonl") and not name.startswith("versions."):
+                    self._read_life(os.path.join(folder, name))
+            for name in names:
+                if name.startswith("versions."):
+                    self._read_versions(os.path.join(folder, name))
 
     def __iter__(self) -> Iterator[Episode]:
         return iter(sorted(self._episodes.values(), key=lambda e: (e.id.eval, e.start.get("time") or 0.0, int(e.id))))
@@ -180,7 +196,7 @@ class Episodes:
                    "the run recorded no actions: set launch.record_actions: true in the spec")
             raise LookupError(f"episode {episode.id} has no recorded steps: {why}")
         offset, length = where
-        with open(life_file(self.run_dir, episode.id.life, ".steps"), "rb") as f:
+        with open(os.path.join(episode.folder, episode.id.life + ".steps"), "rb") as f:
             f.seek(offset)
             blob = f.read(length)
         with np.load(io.BytesIO(blob)) as data:
@@ -210,7 +226,7 @@ class Episodes:
             self.blobs.update(record.get("blobs") or {})
             key = EpisodeId.of(record["id"])
             if record.get("event") == "start":
-                self._episodes[key] = Episode(key, self._row(key), record)
+                self._episodes[key] = Episode(key, self._row(key), record, folder=os.path.dirname(path))
             elif key in self._episodes:
                 self._episodes[key].end = record
 

@@ -150,12 +150,14 @@ def _build(found: Episode, episodes: Episodes):
 
 def _eval_env(row: dict, found: Episode):
     """A scheduled env running only this eval episode, in the round it ran in."""
+    if found.planned is None:
+        raise UsageError(f"eval episode {found.id} names plan episode {found.start.get('eval_episode')}, which its "
+                         "row does not schedule")
     from .envs.scheduled import ScheduledEnv
 
     kwargs = row["kwargs"]
     render = {key: kwargs.get(key) for key in ("render_gpu", "render_numbering", "render_fallback")}
-    schedule = dict(kwargs["schedule"])
-    schedule["episodes"] = [schedule["episodes"][found.start["eval_episode"]]]
+    schedule = dict(kwargs["schedule"], episodes=[found.planned])
     rnd = int(found.start.get("eval_round") or 1)
     return ScheduledEnv(schedule, lambda env: import_builder(kwargs["builder"])(dict(env), **render), lambda: rnd)
 

@@ -16,6 +16,7 @@ import psutil
 import pytest
 import yaml
 
+from topo.episodes import Episodes
 from topo.rundir import RUN_DIR_VAR
 
 from tests.launch.launch_helpers import HANG_GUARD_S, LAUNCH_LIMITS, alive, subprocess_env, toy_spec, write
@@ -27,7 +28,7 @@ PLANNED = [(2, 0), (2, 1), (2, 2), (3, 0), (3, 1), (3, 2)]
 
 
 def eval_spec(tmp_path: Path, **eval_overrides) -> Path:
-    data = toy_spec(1, 2, launch=dict(LAUNCH_LIMITS))
+    data = toy_spec(1, 2, launch=dict(LAUNCH_LIMITS, record_actions=True))
     data["env"]["kwargs"].update(success_steps=3)
     data["assignment"]["tasks"] = [0, 1]
     data["policy"] = {"factory": "topo.policies.tinyvla:make", "kwargs": {"action_dim": 4, "image_size": 16,
@@ -92,6 +93,27 @@ def test_every_planned_episode_runs_once_per_round_with_that_rounds_weights(trai
     # the same weights (version 4), the same seeds: the same episodes, step for step
     figures = [[(e["success"], e["length"], e["return"], e["checksum"]) for e in r["episodes_detail"]] for r in got[2:]]
     assert figures[0] == figures[1]
+
+
+@pytest.mark.slow
+def test_each_eval_episode_resolves_to_its_planned_episode_and_replays(trained):
+    """Provenance of evaluations: the training run's episodes include its eval run's, each one resolving to its
+    eval row's planned episode (task, seed) and the round's weights; one replays step for step."""
+    episodes = Episodes(str(trained["report"]))
+    evals = episodes.select(eval=True)
+    assert len(evals) == 4 * len(PLANNED)  # every planned episode once a round, idle steps none
+    for e in evals:
+        s = e.summary()
+        (planned,) = [p for p in e.row["episodes"] if p["episode"] == s["eval_episode"]]
+        assert (s["task_id"], s["seed"]) == (planned["task_id"], planned["seed"]) and e.planned == planned
+        assert s["policy_versions"] == [s["eval_round"]] and s["steps"] > 0
+    assert episodes.select(eval=False)  # and the training episodes beside them
+    chosen = max(evals, key=lambda e: (e.start["eval_round"], e.end["steps"]))
+    replayed = subprocess.run([sys.executable, "-m", "topo", "replay", str(trained["report"]), str(chosen.id),
+                               "--format", "json"], env=subprocess_env(), capture_output=True, text=True,
+                              timeout=HANG_GUARD_S)
+    out = json.loads(replayed.stdout)
+    assert replayed.returncode == 0 and out["identical"] and out["steps"] == chosen.end["steps"], replayed.stdout
 
 
 @pytest.mark.slow

@@ -59,15 +59,15 @@ def test_worker_exiting_without_traceback(tmp_path):
 def test_worker_hanging_past_the_startup_deadline_deaf_to_sigterm(tmp_path):
     spec = write(tmp_path / "hang.yaml", user_spec("faulty:hanging", 1, 2, fault_seed=1, ignore_sigterm=True))
     report = tmp_path / "report"
-    result = launch(spec, "--report", report, "--quiet", "--startup-timeout", "20")
+    result = launch(spec, "--report", report, "--quiet", "--startup-timeout", "40")
     t_end = time.time()
     assert result.returncode == 1, result.stderr
-    assert "startup deadline of 20s passed" in result.stderr
+    assert "startup deadline of 40s passed" in result.stderr
     hung = re.search(r"sub0/w1 constructing for [\d.]+s \(pid (\d+)\)", result.stderr)
     assert hung, result.stderr
     assert_no_bare_traceback(result.stderr)
     s = assert_torn_down(report, t_end)
-    assert s["launch"]["startup_timeout_s"] == 20
+    assert s["launch"]["startup_timeout_s"] == 40
     assert int(hung.group(1)) in s["processes"]["killed"]  # it ignored SIGTERM: SIGKILL was needed
 
 
