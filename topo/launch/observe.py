@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable
 
 from .. import heartbeat
-from . import episodes
+from . import episode_versions
 from ..assign import GROUP_ID_OFFSET as GROUP_BLOCK  # a plan group's ids lie in [group, group + 1) x this
 from ..rundir import RunDir, restart_number
 
@@ -45,7 +45,7 @@ def hook(batch: Any, user_hook: Callable | None = None) -> None:
             _here.update(first=[_worker(batch[w], _here["keys"]) for w in range(batch.shape[0])], first_time=time.time())
         versions = batch.get("policy_version", None)
         k = restart_number()
-        episodes.record_versions(run.path, _here["index"], k, _here["batches"], batch)
+        episode_versions.record(run.path, _here["index"], k, _here["batches"], batch)
         run.put("observed", f"sub{_here['index']}" + (f".r{k}" if k else ""), subcollector=_here["index"],
                 batches=_here["batches"], first=_here["first"], first_time=_here["first_time"],
                 policy_versions=None if versions is None else sorted({int(v) for v in versions.flatten().tolist()}))

@@ -2,7 +2,7 @@
 
 Each batch of a subcollector holds, per step, the episode it belongs to (``topo_episode``, stamped by
 the worker: :mod:`topo.envs.recording`) and the version of the weights that chose its action
-(``policy_version``). :func:`record_versions` appends one line per batch to the subcollector's
+(``policy_version``). :func:`record` appends one line per batch to the subcollector's
 ``episodes/versions.sub<c>.r<k>.jsonl``: ``[episode id, version, steps]`` for each pair in it, the
 join :class:`topo.episodes.Episodes` reads.
 """
@@ -18,7 +18,7 @@ import torch
 from ..episodes import KEY, versions_file
 
 
-def record_versions(run_dir: str, subcollector: int, restart: int, number: int, batch: Any) -> None:
+def record(run_dir: str, subcollector: int, restart: int, number: int, batch: Any) -> None:
     """Append batch ``number``'s (episode, policy version, steps) triples; nothing when it has no episode ids."""
     ids = batch.get(KEY, None)
     if ids is None:
