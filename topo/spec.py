@@ -38,6 +38,16 @@ class Policy:
 
 
 @dataclass(frozen=True)
+class Recycle:
+    """Health budgets (``launch.recycle``): None leaves one unchecked."""
+
+    max_rss_gb: float | None = None
+    max_latency_drift: float | None = None
+    max_episodes: int | None = None
+    check_every: int = 1
+
+
+@dataclass(frozen=True)
 class Request:
     """Resources as written in the placement section: None where a key is not written."""
 
@@ -149,6 +159,7 @@ class Spec:
     restarts_max: int  # subcollector restarts allowed while collecting (0: a failure ends the run)
     restarts_window: float | None  # ... within any window of this many seconds (None: the whole run)
     hang_timeout: float | None  # seconds in one env step (or a subcollector without a step) that make a hang
+    recycle: Recycle | None  # health budgets checked between batches (None: no recycle section)
     metadata_from_workers: bool
     use_buffers: bool
     policy: Policy | None = None
@@ -252,6 +263,7 @@ def from_data(data: Mapping[str, Any]) -> Spec:
         restarts_max=(launch.get("restarts") or {}).get("max", 0),
         restarts_window=(launch.get("restarts") or {}).get("window"),
         hang_timeout=launch.get("hang_timeout"),
+        recycle=Recycle(**launch["recycle"]) if isinstance(launch.get("recycle"), dict) else None,
         metadata_from_workers=launch.get("metadata_from_workers", True),
         use_buffers=launch.get("use_buffers", False),
         policy=Policy(policy["factory"], dict(policy.get("kwargs") or {}), policy.get("placement", "subcollector"),
