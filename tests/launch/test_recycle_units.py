@@ -171,3 +171,13 @@ def test_the_dry_run_line_names_every_budget_set():
         "(checked every batch; restart seeds)")
     assert recycle_text({"max_rss_gb": None, "max_latency_drift": None, "max_episodes": 200, "check_every": 10}) == (
         "recycle a subcollector when a worker's episodes > 200 (checked every 10 batches; restart seeds)")
+
+
+def test_recycling_needs_what_restarts_need_of_torchrl():
+    """A torchrl without the names a restart uses drops recycling too (with the restarts warning)."""
+    from topo.launch import boundary
+
+    plan = {"launch": {"recycle": {"max_rss_gb": 1.0, "max_latency_drift": None, "max_episodes": None,
+                                   "check_every": 1}}, "subcollectors": []}
+    assert "restarts" in boundary.features_of(plan, None)
+    assert "restarts" not in boundary.features_of({**plan, "launch": {"recycle": None}}, None)

@@ -14,10 +14,6 @@ from faulty import toy
 def unhealthy(*, seed, step_ms=2.0, leak_seed=None, leak_mb=4, slow_seed=None, slow_ms=0.2, short_seed=None,
               episode_steps=5, **kwargs):
     env = toy(seed=seed, **kwargs)
-    if seed == short_seed:
-        from torchrl.envs import StepCounter, TransformedEnv
-
-        env = TransformedEnv(env, StepCounter(max_steps=episode_steps))
     step, held, steps = env._step, [], [0]
 
     def _step(tensordict):
@@ -26,7 +22,11 @@ def unhealthy(*, seed, step_ms=2.0, leak_seed=None, leak_mb=4, slow_seed=None, s
             held.append(b"\x01" * (leak_mb << 20))  # written: resident
         slower = slow_ms * max(steps[0] - 50, 0) if seed == slow_seed else 0.0
         time.sleep((step_ms + slower) / 1000)
-        return step(tensordict)
+        out = step(tensordict)
+        if seed == short_seed and steps[0] % episode_steps == 0:  # same specs as the others: an episode ends
+            out["done"].fill_(True)
+            out["terminated"].fill_(True)
+        return out
 
     env._step = _step
     return env

@@ -15,6 +15,8 @@ subcollectors, not what torchrl does with them:
   nothing back yet): a restarted subcollector that owes one is asked for it again.
 - ``queue_out`` also reads the private queue each restarted subcollector writes to, and drops what the
   shared queue still holds from a subcollector since restarted.
+- its ``iterator`` asks the supervisor to check the run's health budgets between batches
+  (``launch.recycle``, :mod:`~topo.launch.recycle`): a subcollector past one is restarted as above.
 
 The contract (the batch in flight): sync, the batch being gathered waits for the restarted
 subcollector's first rollout and has every subcollector, as always; what a subcollector delivered
