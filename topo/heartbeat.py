@@ -13,7 +13,13 @@ A worker's slot also holds its resident memory (:func:`resident`: VmRSS and VmHW
 ``/proc/self/status``), its pid and when they were read: after its env is built, at the end of a step or
 reset at most every :data:`MEMORY_EVERY_S` seconds (one read of a small file, ~20 us: nothing next to
 a second of steps), and when its env is closed (the peak is then the worker's whole life). The trainer
-reads them with :func:`memory`. Imports neither torch nor torchrl.
+reads them with :func:`memory`.
+
+It holds how the worker's steps go too (:func:`health`), for health budgets (``launch.recycle``): steps
+since its env was built, an exponentially weighted mean of their durations (:data:`EWMA_ALPHA`; a sample
+counts at most :data:`EWMA_CLIP` times the mean, so that one descheduling does not look like a slowdown),
+its baseline (the mean of its first :data:`BASELINE_STEPS` steps), and its resets (episodes begun): a few
+8-byte stores after each step, no system call. Imports neither torch nor torchrl.
 """
 from __future__ import annotations
 
@@ -26,9 +32,15 @@ from typing import Any
 
 from .rundir import RunDir, restart_number
 
-SLOT = struct.Struct("=dddqqq")  # (started, ended, memory read at, pid, rss bytes, peak rss bytes)
+#: (started, ended, memory read at, pid, rss bytes, peak rss bytes, steps, step mean s, baseline s, resets)
+SLOT = struct.Struct("=dddqqqqddq")
 MEMORY = struct.Struct("=dqqq")  # the memory part of a slot, at offset 16
+STEPS = struct.Struct("=qdd")  # steps, their weighted mean duration, the baseline: at offset 48
+RESETS = struct.Struct("=q")  # at offset 72
 MEMORY_EVERY_S = 1.0  # a worker reads its memory at most this often while it steps
+BASELINE_STEPS = 50  # a worker's baseline step duration: the mean of its first steps
+EWMA_ALPHA = 0.05  # weight of the latest step in the mean (about the last 40 steps)
+EWMA_CLIP = 4.0  # a step counts at most this many times the mean
 _mine: dict[str, Any] = {}  # in a subcollector process: its own stamp, and its pid
 
 
@@ -48,6 +60,23 @@ class Memory:
     @property
     def peak_rss_mb(self) -> float:
         return round(self.peak / 2**20, 1)
+
+
+@dataclass(frozen=True)
+class Health:
+    """One worker's figures for health budgets: memory as last read, its steps' durations (seconds), resets."""
+
+    pid: int
+    rss: int  # bytes; 0: not read yet
+    steps: int
+    latency: float  # the weighted mean of its steps' durations
+    baseline: float | None  # the mean of its first BASELINE_STEPS steps (None until it ran them)
+    resets: int  # episodes begun
+
+    @property
+    def drift(self) -> float | None:
+        """Its steps' mean duration now over its baseline (None before the baseline, or a zero one)."""
+        return self.latency / self.baseline if self.baseline else None
 
 
 def resident(status: str = "/proc/self/status") -> tuple[int, int] | None:
@@ -78,15 +107,36 @@ class Stamp:
         self._at = slot * SLOT.size
         self.records_memory = memory
         self._next_memory = 0.0 if memory else float("inf")
+        self._started = self._mean = self._baseline = 0.0
+        self._steps = self._resets = 0
 
     def start(self) -> None:
-        struct.pack_into("=d", self._map, self._at, time.time())
+        self._started = time.time()
+        struct.pack_into("=d", self._map, self._at, self._started)
 
-    def end(self) -> None:
+    def end(self) -> float:
         now = time.time()
         struct.pack_into("=d", self._map, self._at + 8, now)
         if now >= self._next_memory:
             self.memory(now)
+        return now
+
+    def end_step(self) -> None:
+        """:meth:`end` of an env step: its count, the weighted mean and (over the first steps) the baseline."""
+        seconds = self.end() - self._started
+        self._steps += 1
+        if self._steps <= BASELINE_STEPS:
+            self._baseline += (seconds - self._baseline) / self._steps
+            self._mean = self._baseline
+        else:
+            self._mean += EWMA_ALPHA * (min(seconds, EWMA_CLIP * self._mean) - self._mean)
+        STEPS.pack_into(self._map, self._at + 48, self._steps, self._mean, self._baseline)
+
+    def end_reset(self) -> None:
+        """:meth:`end` of a reset: one more episode begun."""
+        self.end()
+        self._resets += 1
+        RESETS.pack_into(self._map, self._at + 72, self._resets)
 
     def memory(self, now: float | None = None) -> None:
         """Record this process's memory now (and not again before :data:`MEMORY_EVERY_S`)."""
@@ -143,17 +193,23 @@ def watch(env: Any, run: RunDir, worker: dict) -> None:
             return close(*args, **kwargs)
 
         env.close = closing
-    for name in ("_step", "_reset"):
-        original = getattr(env, name)
+    step, reset = env._step, env._reset
 
-        def stamped(*args: Any, _original=original, **kwargs: Any) -> Any:
-            stamp.start()
-            try:
-                return _original(*args, **kwargs)
-            finally:
-                stamp.end()
+    def stepping(*args: Any, **kwargs: Any) -> Any:
+        stamp.start()
+        try:
+            return step(*args, **kwargs)
+        finally:
+            stamp.end_step()
 
-        setattr(env, name, stamped)
+    def resetting(*args: Any, **kwargs: Any) -> Any:
+        stamp.start()
+        try:
+            return reset(*args, **kwargs)
+        finally:
+            stamp.end_reset()
+
+    env._step, env._reset = stepping, resetting
 
 
 def _slots(run_dir: str, subcollector: int, restart: int) -> list[tuple] | None:
@@ -177,4 +233,14 @@ def memory(run_dir: str, subcollector: int, restart: int) -> list[Memory | None]
     slots = _slots(run_dir, subcollector, restart)
     if slots is None:
         return None
-    return [Memory(pid, rss, peak, at) if pid else None for _, _, at, pid, rss, peak in slots[1:]]
+    return [Memory(pid, rss, peak, at) if pid else None for _, _, at, pid, rss, peak, *_ in slots[1:]]
+
+
+def health(run_dir: str, subcollector: int, restart: int) -> list[Health | None] | None:
+    """Each worker's :class:`Health` (index ``w`` for worker ``w``; None: its env not built yet) from a
+    subcollector's beats file, or None while it does not exist. One small file read."""
+    slots = _slots(run_dir, subcollector, restart)
+    if slots is None:
+        return None
+    return [Health(pid, rss, steps, mean, baseline if steps >= BASELINE_STEPS else None, resets) if ended else None
+            for _, ended, _, pid, rss, _, steps, mean, baseline, resets in slots[1:]]

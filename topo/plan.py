@@ -5,6 +5,7 @@ Pure and deterministic; imports neither torch nor a simulator. The plan is plain
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 from typing import Any, Callable, Mapping
@@ -103,6 +104,7 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
             "max_concurrent_starts": spec.max_concurrent_starts,
             "restarts": {"max": spec.restarts_max, "window": spec.restarts_window},
             "hang_timeout": spec.hang_timeout,
+            "recycle": dataclasses.asdict(spec.recycle) if spec.recycle else None,
             "metadata_from_workers": spec.metadata_from_workers,
             "use_buffers": spec.use_buffers,
             "preload": preload_modules(backend.builder) if spec.start_workers == "forkserver" and spec.preload else None,

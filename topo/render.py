@@ -44,6 +44,9 @@ def table(plan: dict[str, Any], limit: int | None = None, width: int = 120) -> s
         where = "one inference server" if policy["placement"] == "server" else \
             f"each subcollector, weights by {policy['weight_sync']}"
         lines.append(f"policy {policy['factory']}({_kwargs(policy['kwargs'])}) in {where}, device {policy['device'] or 'cpu'}")
+    recycle = plan["launch"].get("recycle")
+    if recycle:
+        lines.append(recycle_text(recycle))
     for sub in plan["subcollectors"]:
         workers = sub["workers"]
         shown = workers if limit is None else workers[:limit]
@@ -57,6 +60,18 @@ def table(plan: dict[str, Any], limit: int | None = None, width: int = 120) -> s
         lines += _table([title for title, _ in COLUMNS[:-1]] + ["instruction"], cells, widths, room,
                         len(workers) - len(shown))
     return "\n".join(lines) + "\n"
+
+
+def recycle_text(recycle: dict[str, Any]) -> str:
+    """The dry-run's line on health budgets: ``recycle a subcollector when a worker's rss > 1.5 GB (...)``."""
+    budgets = [f"rss > {recycle['max_rss_gb']:g} GB" if recycle["max_rss_gb"] is not None else None,
+               f"step latency > {recycle['max_latency_drift']:g} x its baseline"
+               if recycle["max_latency_drift"] is not None else None,
+               f"episodes > {recycle['max_episodes']}" if recycle["max_episodes"] is not None else None]
+    every = "every batch" if recycle["check_every"] == 1 else f"every {recycle['check_every']} batches"
+    named = [b for b in budgets if b]
+    return (f"recycle a subcollector when a worker's {' or '.join(named)} (checked {every}; restart seeds)"
+            if named else "recycle: no budget (never)")
 
 
 def _table(titles: list[str], cells: list[list[str]], widths: list[int], room: int, more: int) -> list[str]:

@@ -38,6 +38,16 @@ class Policy:
 
 
 @dataclass(frozen=True)
+class Recycle:
+    """Health budgets (``launch.recycle``): None leaves one unchecked."""
+
+    max_rss_gb: float | None = None
+    max_latency_drift: float | None = None
+    max_episodes: int | None = None
+    check_every: int = 1
+
+
+@dataclass(frozen=True)
 class Request:
     """Resources as written in the placement section: None where a key is not written."""
 
@@ -151,6 +161,7 @@ class Spec:
     hang_timeout: float | None  # seconds in one env step (or a subcollector without a step) that make a hang
     provenance: bool  # every step carries its episode id; each episode recorded in the run directory
     record_actions: bool  # env workers keep each episode's actions and step digests (topo replay)
+    recycle: Recycle | None  # health budgets checked between batches (None: no recycle section)
     metadata_from_workers: bool
     use_buffers: bool
     policy: Policy | None = None
@@ -256,6 +267,7 @@ def from_data(data: Mapping[str, Any]) -> Spec:
         hang_timeout=launch.get("hang_timeout"),
         provenance=bool(launch.get("provenance", True)),
         record_actions=bool(launch.get("record_actions", False)),
+        recycle=Recycle(**launch["recycle"]) if isinstance(launch.get("recycle"), dict) else None,
         metadata_from_workers=launch.get("metadata_from_workers", True),
         use_buffers=launch.get("use_buffers", False),
         policy=Policy(policy["factory"], dict(policy.get("kwargs") or {}), policy.get("placement", "subcollector"),

@@ -72,6 +72,10 @@ FILLED = {
     "launch.hang_timeout": lambda s: s.hang_timeout,
     "launch.provenance": lambda s: s.provenance,
     "launch.record_actions": lambda s: s.record_actions,
+    "launch.recycle.max_rss_gb": lambda s: s.recycle.max_rss_gb,
+    "launch.recycle.max_latency_drift": lambda s: s.recycle.max_latency_drift,
+    "launch.recycle.max_episodes": lambda s: s.recycle.max_episodes,
+    "launch.recycle.check_every": lambda s: s.recycle.check_every,
     "launch.metadata_from_workers": lambda s: s.metadata_from_workers,
     "launch.use_buffers": lambda s: s.use_buffers,
     "placement.engine": lambda s: s.placement.engine,
@@ -103,7 +107,7 @@ def test_schema_defaults_are_topos():
 
     data = {**MINIMAL, "assignment": {"groups": {}, "init_states": {}, "seeds": {},
                                       "render_devices": {"ids": [0]}},
-            "launch": {"restarts": {"max": 1}}, "eval": {"render_devices": {"ids": [0]}}}
+            "launch": {"restarts": {"max": 1}, "recycle": {}}, "eval": {"render_devices": {"ids": [0]}}}
     spec = from_data(data)
     declared = dict(_defaults(topo_docs.load_schema()))
     for key, filled in FILLED.items():

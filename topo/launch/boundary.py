@@ -181,7 +181,8 @@ def _present(name: Name) -> bool:
 def features_of(plan: dict[str, Any], policy_placement: str | None) -> tuple[str, ...]:
     """The features a run of ``plan`` uses, with the policy placed at ``policy_placement`` (None: no policy)."""
     needed = ["collector"]
-    if (plan["launch"].get("restarts") or {}).get("max") or plan["launch"].get("hang_timeout") is not None:
+    launch = plan["launch"]
+    if (launch.get("restarts") or {}).get("max") or launch.get("hang_timeout") is not None or launch.get("recycle"):
         needed.append("restarts")
     if policy_placement == "server":
         needed.append("policy-server")

@@ -19,6 +19,7 @@ from . import boundary, failure as failures, processes
 from .delivery import Delivery
 from .failure import Failure
 from .monitor import Monitor
+from .recycle import Recycle, Recycler
 from .restarts import Restart
 from .state import RunState, Subcollector
 from .teardown import RETIRED_EXIT_S
@@ -52,6 +53,7 @@ class Recovery:
         self.current_weights = weights
         self._graves: list[tuple[Any, float]] = []  # retired subcollector processes not yet gone
         self._askers: dict[tuple[int, int], Any] = {}  # (subcollector, restart) -> its heartbeat slot 0
+        self.recycler = Recycler(state, monitor.lock)
 
     @property
     def bell(self) -> int:
@@ -62,6 +64,11 @@ class Recovery:
         """Raise the run's failure once delivered; end what is left of retired subcollectors past their grace."""
         self.delivery.raise_if_failed()
         self._bury()
+
+    def between_batches(self) -> None:
+        """The trainer asked for the next batch: a subcollector with a worker past a health budget is to be
+        rebuilt (:mod:`.recycle`; the collector starts it at its next check, as a restart)."""
+        self.recycler.between_batches(time.time())
 
     def lost(self, index: int) -> bool:
         """Subcollector ``index`` must be started again (the monitor decided it)."""
@@ -189,5 +196,6 @@ class Recovery:
             if not proc.is_alive():
                 self._graves.remove(grave)
 
-    def _record(self, index: int, sub: Subcollector) -> Restart:
-        return next(r for r in reversed(self.state.restarts) if (r.subcollector, r.restart) == (index, sub.restart))
+    def _record(self, index: int, sub: Subcollector) -> Restart | Recycle:
+        return next(r for r in (*self.state.restarts, *self.state.recycles) if (r.subcollector, r.restart) == (index,
+                                                                                                         sub.restart))

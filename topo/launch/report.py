@@ -156,6 +156,7 @@ def summary(run: Outcome) -> dict[str, Any]:
                        "closed": sum(w.closes for w in every)},
         "first_batch": observe.check(plan, observed),
         "restarts": restarts(state),
+        "recycles": recycles(state),
         "policy": run.policy,
         "torchrl": run.torchrl,
         "memory": memory(run.memory, state),
@@ -177,31 +178,55 @@ def restarts(state) -> list[dict[str, Any]]:
     restarted subcollector's first batch), the processes it replaced and started, the seeds they applied."""
     out = []
     for r in state.restarts:
-        c, k = r.subcollector, r.restart
-        old = state.subcollector(c, k - 1)
-        new = state.subcollector(c, k)
-        new_workers = [state.worker(c, row["index"], k) for row in state.plan["subcollectors"][c]["workers"]]
-        old_workers = [state.worker(c, row["index"], k - 1) for row in state.plan["subcollectors"][c]["workers"]]
-        observed = new.observed if new else None
-        first = (observed or {}).get("first_time")
+        new, first = _start_of(state, r)
         died = r.cause.at if r.cause.at is not None else r.decided_at
         out.append({
-            "subcollector": c, "restart": k,
-            "outcome": "superseded" if r.superseded else "collecting" if first else "ready" if r.ready_at
-            else "starting" if r.began_at else "pending",
+            "subcollector": r.subcollector, "restart": r.restart, "outcome": new.pop("outcome"),
             "cause": r.cause.to_dict(),
             "row": {k: v for k, v in r.cause.row.items() if k != "kwargs"} if r.cause.row else None,
-            "failed_s": _since(state, died), "decided_s": _since(state, r.decided_at),
-            "began_s": _since(state, r.began_at), "ready_s": _since(state, r.ready_at),
-            "first_batch_s": _since(state, first),
+            "failed_s": _since(state, died), "decided_s": _since(state, r.decided_at), **new,
             "recover_s": _delta(died, first),
-            "replaced": {"subcollector": old.pid if old else None, "workers": [w.pid if w else None for w in old_workers]},
-            "started": {"subcollector": new.pid if new else None, "workers": [w.pid if w else None for w in new_workers]},
-            "seeds": {"planned": [w.row["seed"] if w else None for w in new_workers],
-                      "applied": [w.seed if w else None for w in new_workers]},
-            "first_batch": observe.check({"subcollectors": [state.plan["subcollectors"][c]]}, {c: observed})[0],
         })
     return out
+
+
+def recycles(state) -> list[dict[str, Any]]:
+    """Each recycle (``launch.recycle``): the worker past its budget (the budget, its value, the limit, its plan
+    row), its times as for a restart (``rebuild_s``: from the decision to the rebuilt subcollector being ready)
+    and the processes it replaced and started, the seeds they applied."""
+    out = []
+    for r in state.recycles:
+        new, _ = _start_of(state, r)
+        out.append({
+            "subcollector": r.subcollector, "restart": r.restart, "outcome": new.pop("outcome"),
+            "breach": r.breach.to_dict(), "reason": r.breach.describe(),
+            "row": {k: v for k, v in r.row.items() if k != "kwargs"},
+            "decided_s": _since(state, r.decided_at), **new, "rebuild_s": _delta(r.decided_at, r.ready_at),
+        })
+    return out
+
+
+def _start_of(state, r) -> tuple[dict[str, Any], float | None]:
+    """What a restart or recycle ``r`` started: its outcome, times, the pids it replaced and started, seeds,
+    its first batch checked; and the time of that first batch."""
+    c, k = r.subcollector, r.restart
+    old, new = state.subcollector(c, k - 1), state.subcollector(c, k)
+    rows = state.plan["subcollectors"][c]["workers"]
+    new_workers = [state.worker(c, row["index"], k) for row in rows]
+    old_workers = [state.worker(c, row["index"], k - 1) for row in rows]
+    observed = new.observed if new else None
+    first = (observed or {}).get("first_time")
+    return {
+        "outcome": "superseded" if r.superseded else "collecting" if first else "ready" if r.ready_at
+        else "starting" if r.began_at else "pending",
+        "began_s": _since(state, r.began_at), "ready_s": _since(state, r.ready_at),
+        "first_batch_s": _since(state, first),
+        "replaced": {"subcollector": old.pid if old else None, "workers": [w.pid if w else None for w in old_workers]},
+        "started": {"subcollector": new.pid if new else None, "workers": [w.pid if w else None for w in new_workers]},
+        "seeds": {"planned": [w.row["seed"] if w else None for w in new_workers],
+                  "applied": [w.seed if w else None for w in new_workers]},
+        "first_batch": observe.check({"subcollectors": [state.plan["subcollectors"][c]]}, {c: observed})[0],
+    }, first
 
 
 def memory(rows: list[dict], state) -> dict[str, Any]:
@@ -327,6 +352,7 @@ def human(s: dict) -> str:
         lines.append(f"  restart {r['restart']} of sub{r['subcollector']} at {_fmt(r['failed_s'])}: {who} {cause['kind']} "
                      f"({cause.get('how') or cause['message']}); {after}; pids {r['started']['subcollector']} "
                      f"{r['started']['workers']}, seeds {r['seeds']['applied']}")
+    lines += [recycle_line(r) for r in s.get("recycles") or []]
     lines += _evaluation(s.get("evaluation"))
     checks = Counter(entry["status"] for entry in s["first_batch"])
     lines.append("  first batch vs plan: " + ", ".join(f"{n} {status}" for status, n in sorted(checks.items()))
@@ -338,6 +364,16 @@ def human(s: dict) -> str:
             lines.append(f"    sub{entry['subcollector']} [{entry['status']}] groups {groups}: "
                          + "; ".join(repr(text) for text in seen))
     return "\n".join(lines)
+
+
+def recycle_line(r: dict) -> str:
+    """``recycled subcollector 0 (worker 1, plan row seed 101 task 0: rss 1.90 GB > max_rss_gb 1.5) in 6.2 s``."""
+    row = r["row"]
+    where = " ".join(f"{key} {row[key]}" for key in ("global_index", "seed", "task_id") if row.get(key) is not None)
+    took = f"in {r['rebuild_s']:.1f} s" if r["rebuild_s"] is not None else r["outcome"]
+    return (f"  recycled subcollector {r['subcollector']} (worker {r['breach']['worker']}, plan row {where}: "
+            f"{r['reason']}) {took}; pids {r['started']['subcollector']} {r['started']['workers']}, "
+            f"seeds {r['seeds']['applied']}")
 
 
 def _evaluation(section: dict | None) -> list[str]:

@@ -15,6 +15,8 @@ subcollectors, not what torchrl does with them:
   nothing back yet): a restarted subcollector that owes one is asked for it again.
 - ``queue_out`` also reads the private queue each restarted subcollector writes to, and drops what the
   shared queue still holds from a subcollector since restarted.
+- its ``iterator`` asks the supervisor to check the run's health budgets between batches
+  (``launch.recycle``, :mod:`~topo.launch.recycle`): a subcollector past one is restarted as above.
 
 The contract (the batch in flight): sync, the batch being gathered waits for the restarted
 subcollector's first rollout and has every subcollector, as always; what a subcollector delivered
@@ -76,6 +78,9 @@ class Supervisor(Protocol):
     def asked(self, c: int) -> None:
         """Subcollector ``c`` was asked for a batch."""
 
+    def between_batches(self) -> None:
+        """The trainer asked for the next batch (health budgets: a subcollector may be rebuilt)."""
+
     def abandon(self, c: int, proc: Any) -> None:
         """The collector shuts down while subcollector ``c``'s restart (process ``proc``) starts."""
 
@@ -101,6 +106,14 @@ class Respawning:
         self.procs = [_Process(self, c) for c in range(len(self._real))]
         self.pipes = [_Pipe(p, functools.partial(self._asked, c)) for c, p in enumerate(self.pipes)]
         self.queue_out = _Inbox(self.queue_out, self.pipes, self)
+
+    def iterator(self):
+        """torchrl's; once the trainer asks for the next batch, and before torchrl checks its processes and asks
+        each subcollector, the run checks its health budgets (a subcollector past one starts again then)."""
+        for batch in super().iterator():
+            yield batch
+            if self.recovery is not None:
+                self.recovery.between_batches()
 
     # -- what torchrl asks ----------------------------------------------------------------------
     def _alive(self, c: int) -> bool:

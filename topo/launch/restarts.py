@@ -86,7 +86,7 @@ def decide_restart(state, found: Failure, now: float) -> Restart:
     """Retire the subcollector ``found`` blames (:meth:`RunState.retire`); the record of its restart."""
     c = found.subcollector
     old = state.subcollectors[c]
-    for r in state.restarts:
+    for r in (*state.restarts, *state.recycles):
         if r.subcollector == c and r.restart == old.restart and r.ready_at is None:
             r.superseded = True
     state.retire(c, restart_rows(state.plan, c, old.restart + 1))

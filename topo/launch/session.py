@@ -49,7 +49,8 @@ class Run:
 
     Attributes: ``plan``; ``collector`` (the torchrl collector, once started); ``report`` (a
     :class:`~topo.launch.report.Report`, once ended); ``run_dir``; ``policy_version`` (weight updates
-    pushed so far); ``restarts`` (subcollector restarts so far); ``failure`` (what failed, if anything);
+    pushed so far); ``restarts`` (subcollector restarts so far); ``recycles`` (subcollectors rebuilt past a health
+    budget so far); ``failure`` (what failed, if anything);
     ``evaluations`` (each evaluation's result so far: :meth:`evaluate`, ``eval.every``).
     ``evaluation=False`` starts no eval process even when the plan has an eval section.
     """
@@ -102,6 +103,18 @@ class Run:
             return []
         with self.monitor.lock:
             return restarts(self.state)
+
+    @property
+    def recycles(self) -> list[dict]:
+        """Each subcollector recycle so far (``launch.recycle``: a worker past a health budget): the worker, the
+        budget, its value and plan row, when, the seconds to rebuild it, the new pids and seeds; the report's
+        ``recycles`` section. Recycles spend no restart budget."""
+        from .report import recycles
+
+        if self.state is None:
+            return []
+        with self.monitor.lock:
+            return recycles(self.state)
 
     def worker_memory(self) -> list[dict]:
         """Each env worker's latest resident memory, with its plan row: ``subcollector``, ``worker``,

@@ -103,6 +103,7 @@ class RunState:
         self.retired_workers: list[Worker] = []
         self.retired_subcollectors: list[Subcollector] = []
         self.restarts: list = []  # recovery.Restart, in the order they were decided
+        self.recycles: list = []  # recycle.Recycle (health budgets), in the order they were decided
         self._new_pids: list[tuple[int, float]] = []
 
     # -- reading records ------------------------------------------------------------------------
@@ -189,7 +190,8 @@ class RunState:
 
     # -- restarts -------------------------------------------------------------------------------
     def retire(self, index: int, rows: list[dict]) -> Subcollector:
-        """Set subcollector ``index`` and its workers aside; their successors, with ``rows``, take their place."""
+        """Set subcollector ``index`` and its workers aside; their successors, with ``rows``, take their place
+        (after a failure, a restart; past a health budget, a recycle: either is the next start)."""
         old = self.subcollectors[index]
         self.retired_subcollectors.append(old)
         new = Subcollector(index, restart=old.restart + 1, pending=True)

@@ -19,6 +19,7 @@ RULES = [
     blocks.schema_kwargs,
     launch.launch,
     launch.recovery,
+    launch.recycle,
     policy.policy,
     render.render_devices,
     placement.placement,

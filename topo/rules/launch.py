@@ -61,10 +61,38 @@ def _frames_hint(spec: Spec) -> str:
 def recovery(spec: Spec, ctx: Context) -> list[Diagnostic]:
     """Restarts and hang detection need the local engine (topo restarts and watches local processes only)."""
     engine = spec.placement.engine
-    asked = [key for key, on in (("restarts", spec.restarts_max > 0), ("hang_timeout", spec.hang_timeout is not None))
-             if on]
+    asked = [key for key, on in (("restarts", spec.restarts_max > 0), ("hang_timeout", spec.hang_timeout is not None),
+                                 ("recycle", spec.recycle is not None)) if on]
     if engine == "local" or not asked:
         return []
     return [error("recovery-needs-local-engine", f"launch.{asked[0]} works on the local engine: under engine {engine!r} "
                   "the subcollectors are actors that topo neither restarts nor watches step by step",
                   ("launch", asked[0]), "remove it, or use placement.engine: local")]
+
+
+def recycle(spec: Spec, ctx: Context) -> list[Diagnostic]:
+    """Health budgets a healthy worker stays within: above the backend's memory per worker, a drift above 1."""
+    r = spec.recycle
+    if r is None:
+        return []
+    path = ("launch", "recycle")
+    if (r.max_rss_gb, r.max_latency_drift, r.max_episodes) == (None, None, None):
+        return [warning("recycle-without-budget", "launch.recycle names no budget: nothing is ever recycled", path,
+                        "set max_rss_gb, max_latency_drift or max_episodes, or remove the section")]
+    out = []
+    per_worker = ctx.backend.memory_per_worker_gb if ctx.backend is not None else None
+    if r.max_rss_gb is not None and per_worker:
+        if r.max_rss_gb <= per_worker:
+            out.append(error("recycle-below-worker-memory", f"max_rss_gb {r.max_rss_gb:g} is not above the {spec.backend} "
+                             f"backend's ~{per_worker:g} GB per worker: every worker would be recycled at every check",
+                             path + ("max_rss_gb",), f"raise it above {per_worker:g} GB, e.g. {1.5 * per_worker:g}"))
+        elif r.max_rss_gb < 1.25 * per_worker:
+            out.append(warning("recycle-rss-tight", f"max_rss_gb {r.max_rss_gb:g} leaves {r.max_rss_gb - per_worker:.2g} GB "
+                               f"over the {spec.backend} backend's ~{per_worker:g} GB per worker "
+                               f"({r.max_rss_gb / per_worker:.0%} of it): a worker's ordinary peaks may cross it",
+                               path + ("max_rss_gb",), f"use at least {1.25 * per_worker:g} GB (125%)"))
+    if r.max_latency_drift is not None and r.max_latency_drift <= 1:
+        out.append(error("recycle-drift-not-above-one", f"max_latency_drift {r.max_latency_drift:g} is a ratio of a worker's "
+                         "recent mean step duration to its own baseline: at or below 1, a healthy worker crosses it",
+                         path + ("max_latency_drift",), "use a ratio above 1, e.g. 1.5 (steps 50% slower than at first)"))
+    return out
