@@ -119,6 +119,7 @@ class Episode:
     end: dict[str, Any] | None = None  # None: it had not ended when the worker stopped
     versions: dict[int | None, int] = field(default_factory=dict)  # policy version -> steps it acted (None: none)
     folder: str = ""  # the episodes folder holding its records (a training run's eval episodes: its eval run's)
+    chunks: list = field(default_factory=list)  # (offset, length) of its recorded steps in the life's .steps file
 
     @property
     def planned(self) -> dict[str, Any] | None:
@@ -142,7 +143,7 @@ class Episode:
                 "started": self.start.get("time"), "steps": end.get("steps"), "return": end.get("return"),
                 "success": end.get("success"), "ended": end.get("how"),
                 "policy_versions": sorted((v for v in self.versions if v is not None)),
-                "recorded_actions": "actions" in end}
+                "recorded_actions": bool(self.chunks)}
 
 
 class Episodes:
@@ -183,24 +184,18 @@ class Episodes:
 
     def steps(self, value: int | str | EpisodeId) -> dict[str, Any]:
         """An episode's recorded steps (``launch.record_actions``): numpy arrays ``action.<key>`` ``[T, ...]``,
-        ``rewards`` ``[T]`` and ``digests`` ``[T + 1]`` (the reset's, then each step's). ``LookupError`` saying
-        why when there are none. Imports numpy."""
-        import io
-
-        import numpy as np
-
+        ``rewards`` ``[T]`` and ``digests`` ``[T + 1]`` (the reset's, then each step's). An episode cut short (its
+        worker killed) has the steps written before. ``LookupError`` saying why when there are none. Imports numpy."""
         episode = self.get(value)
-        where = (episode.end or {}).get("actions")
-        if where is None:
-            why = ("it had not ended when its worker stopped" if episode.end is None else
-                   "the run recorded no actions: set launch.record_actions: true in the spec")
-            raise LookupError(f"episode {episode.id} has no recorded steps: {why}")
-        offset, length = where
+        if not episode.chunks:
+            raise LookupError(f"episode {episode.id} has no recorded steps: the run recorded no actions: set "
+                              "launch.record_actions: true in the spec")
+        blobs = []
         with open(os.path.join(episode.folder, episode.id.life + ".steps"), "rb") as f:
-            f.seek(offset)
-            blob = f.read(length)
-        with np.load(io.BytesIO(blob)) as data:
-            return {key: data[key] for key in data.files}
+            for offset, length in episode.chunks:
+                f.seek(offset)
+                blobs.append(f.read(length))
+        return joined(blobs)
 
     def select(self, *, task: int | None = None, worker: int | None = None, subcollector: int | None = None,
                version: int | None = None, min_return: float | None = None, max_return: float | None = None,
@@ -225,8 +220,11 @@ class Episodes:
         for record in _lines(path):
             self.blobs.update(record.get("blobs") or {})
             key = EpisodeId.of(record["id"])
-            if record.get("event") == "start":
+            event = record.get("event")
+            if event == "start":
                 self._episodes[key] = Episode(key, self._row(key), record, folder=os.path.dirname(path))
+            elif key in self._episodes and event == "steps":
+                self._episodes[key].chunks.append(record["at"])
             elif key in self._episodes:
                 self._episodes[key].end = record
 
@@ -246,6 +244,20 @@ class Episodes:
             subs = self.plan["eval"]["subcollectors"]
         rows = [row for sub in subs for row in sub["workers"]]
         return next((row for row in rows if row.get("global_index") == key.row), {})
+
+
+def joined(blobs: list[bytes]) -> dict[str, Any]:
+    """Chunks of recorded steps (``.npz`` blobs, in order) as one episode's arrays. Imports numpy."""
+    import io
+
+    import numpy as np
+
+    parts: dict[str, list] = {}
+    for blob in blobs:
+        with np.load(io.BytesIO(blob)) as data:
+            for key in data.files:
+                parts.setdefault(key, []).append(data[key])
+    return {key: np.concatenate(values) for key, values in parts.items()}
 
 
 def _plan(run_dir: str) -> dict[str, Any] | None:

@@ -12,14 +12,13 @@ strip or an animated GIF.
 from __future__ import annotations
 
 import base64
-import io
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .episodes import Episode, Episodes, find_run
+from .episodes import Episode, Episodes, find_run, joined
 from .errors import UsageError
 from .launch.restarts import restart_rows
 from .worker import import_builder
@@ -41,6 +40,7 @@ class Replay:
     seconds: float
     recorded_return: float | None
     replayed_return: float
+    complete: bool = True  # False: the episode had not ended when its worker stopped (the recording stops there)
     video: str | None = None
     frames: list = field(default_factory=list, repr=False)
 
@@ -52,15 +52,16 @@ class Replay:
         return {"episode": self.episode, "run_dir": self.run_dir, "identical": self.identical, "steps": self.steps,
                 "recorded_steps": self.recorded_steps, "first_difference": self.first_difference,
                 "recorded_return": self.recorded_return, "replayed_return": self.replayed_return,
-                "seconds": round(self.seconds, 3), "video": self.video,
+                "seconds": round(self.seconds, 3), "video": self.video, "complete": self.complete,
                 "row": {k: v for k, v in self.row.items() if k != "kwargs"}}
 
     def __str__(self) -> str:
         where = (f"subcollector {self.row.get('subcollector')}, worker {self.row.get('index')}, "
                  f"task {self.row.get('task_id', '-')}")
         head = f"episode {self.episode} ({where}): {self.steps} steps replayed in {self.seconds:.1f}s"
+        cut = "" if self.complete else " (the recording stops there: its worker stopped mid-episode)"
         if self.identical:
-            return f"{head}; every step identical to the recording (return {self.replayed_return:g})"
+            return f"{head}; every step identical to the recording{cut} (return {self.replayed_return:g})"
         diff = self.first_difference
         if diff is None:
             return f"{head}; the recording has {self.recorded_steps} steps"
@@ -115,10 +116,11 @@ def replay(run: str, episode: str | int, *, actions: dict[str, np.ndarray] | Non
         log.finish("replayed")
     finally:
         wrapped.close()
-    replayed = memory.steps_of_last()
+    replayed = joined(memory.chunks)
     diff = _first_difference(recorded, replayed)
     result = Replay(str(found.id), run_dir, found.row, steps, len(recorded["digests"]) - 1, diff,
-                    time.monotonic() - started, (found.end or {}).get("return"), float(replayed["rewards"].sum()))
+                    time.monotonic() - started, (found.end or {}).get("return"), float(replayed["rewards"].sum()),
+                    complete=found.end is not None)
     if video:
         result.video = _write_video(video, [f for f in frames if f is not None])
     return result
@@ -167,7 +169,7 @@ class _Memory:
 
     def __init__(self) -> None:
         self.records: list[dict] = []
-        self.blob = b""
+        self.chunks: list[bytes] = []
 
     def blobs(self, parts):
         return {}, {}
@@ -176,12 +178,8 @@ class _Memory:
         self.records.append(record)
 
     def append_steps(self, blob: bytes) -> tuple[int, int]:
-        self.blob = blob
+        self.chunks.append(blob)
         return 0, len(blob)
-
-    def steps_of_last(self) -> dict[str, np.ndarray]:
-        with np.load(io.BytesIO(self.blob)) as data:
-            return {key: data[key] for key in data.files}
 
 
 def _first_difference(recorded: dict[str, np.ndarray], replayed: dict[str, np.ndarray]) -> dict[str, Any] | None:

@@ -96,6 +96,28 @@ def test_a_worker_records_each_episode_and_a_later_one_replays_from_its_seed_sta
     assert replay(run_dir, "w1-r0-e2").identical
 
 
+def test_an_episode_its_worker_never_ended_replays_up_to_its_last_written_chunk(tmp_path, toy_plan):
+    """A worker killed mid-episode (no end record, no close): the chunks of steps written before the kill
+    (every 16 steps or 1 s) are the recording, and they replay."""
+    plan = toy_plan
+    row = plan["subcollectors"][0]["workers"][0]
+    run_dir = _run_dir(tmp_path, plan)
+    env = build(dict(row["kwargs"]["env"]))
+    env.set_seed(row["seed"])
+    env = wrap(env, run_dir, row["kwargs"]["worker"], row["seed"], 0, True)
+    gen = torch.Generator().manual_seed(0)
+    td = env.reset()
+    for _ in range(100):  # no reset, no close: as if SIGKILLed at step 100
+        td["action"] = torch.rand(4, generator=gen)
+        td = step_mdp(env.step(td))
+    e = Episodes(run_dir).get("w0-r0-e0")
+    recorded = len(Episodes(run_dir).steps("w0-r0-e0")["rewards"])  # 96: chunks of 16 steps (or 1 s)
+    assert e.end is None and e.chunks and 0 < recorded < 100
+    again = replay(run_dir, "w0-r0-e0")
+    assert again.identical and again.steps == recorded and not again.complete
+    assert "the recording stops there" in str(again)
+
+
 def test_records_cut_short_by_a_kill_are_read_up_to_the_cut(tmp_path, toy_plan):
     run_dir = _run_dir(tmp_path, toy_plan)
     env = build(dict(TOY))

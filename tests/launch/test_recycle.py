@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from topo.episodes import Episodes
 from topo.launch.restarts import restart_seed
 
 from tests.launch.launch_helpers import HANG_GUARD_S, HERE, alive, subprocess_env, user_spec, write
@@ -28,16 +29,17 @@ def recycled(tmp_path_factory):
                      episode_steps=5)
     spec["collector"] = {"frames_per_batch": FRAMES}
     spec["launch"]["recycle"] = {"max_rss_gb": TOY_RSS_GB + 0.15, "max_latency_drift": 3, "max_episodes": 10}
+    spec["launch"]["record_actions"] = True
     path = write(folder / "spec.yaml", spec)
     done = subprocess.run([sys.executable, str(HERE / "recycling.py"), str(path), "--batches", str(BATCHES),
                            "--report", str(folder / "report")], env=subprocess_env(), capture_output=True, text=True,
                           timeout=HANG_GUARD_S)
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    return done, events, time.time()
+    return done, events, time.time(), folder / "report"
 
 
 def test_each_unhealthy_worker_s_subcollector_is_recycled_once_naming_it(recycled):
-    done, events, _ = recycled
+    done, events, _, _ = recycled
     assert done.returncode == 0, done.stderr
     report = events[-1]["report"]
     assert report["ok"] and report["restarts"] == []  # recycles spend no restart budget (launch.restarts off)
@@ -55,7 +57,7 @@ def test_each_unhealthy_worker_s_subcollector_is_recycled_once_naming_it(recycle
 
 
 def test_no_batch_is_lost_and_the_rebuilt_workers_have_restart_seeds_and_new_pids(recycled):
-    done, events, _ = recycled
+    done, events, _, _ = recycled
     batches = [e for e in events if e["event"] == "batch"]
     assert [b["frames"] for b in batches] == [FRAMES] * BATCHES  # exactly what was asked
     report = events[-1]["report"]
@@ -72,7 +74,7 @@ def test_no_batch_is_lost_and_the_rebuilt_workers_have_restart_seeds_and_new_pid
 
 
 def test_nothing_the_run_started_is_left(recycled):
-    _, events, t_end = recycled
+    _, events, t_end, _ = recycled
     report = events[-1]["report"]
     p = report["processes"]
     assert p["left_behind"] == [] and p["alive_after"] == []
@@ -81,3 +83,19 @@ def test_nothing_the_run_started_is_left(recycled):
         pids |= {pid for pid in [r["replaced"]["subcollector"], *r["replaced"]["workers"]] if pid}
     assert len(pids) >= 3 + 3 + 2 * 6  # first starts, recycles, every worker of both
     assert alive(pids, t_end) == []
+
+
+def test_an_episode_of_the_leaking_worker_replays_from_its_rows_in_each_life(recycled):
+    """The worked example (docs/guides/provenance.md): the leaking worker's episode, cut when its subcollector
+    was recycled, replays up to its last written steps; the rebuilt worker's episode (restart seeds) too."""
+    done, _, _, report_dir = recycled
+    assert done.returncode == 0, done.stderr
+    episodes = Episodes(str(report_dir))
+    before, after = episodes.get("w1-r0-e0"), episodes.get("w1-r1-e0")  # plan row 1: leak_seed 1
+    assert before.end is None and before.chunks  # SIGKILLed with its subcollector: no end, chunks written
+    assert after.summary()["seed"] == restart_seed(1, 1, 6)
+    for e in (before, after):
+        replayed = subprocess.run([sys.executable, "-m", "topo", "replay", str(report_dir), str(e.id), "--format", "json"],
+                                  env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
+        out = json.loads(replayed.stdout)
+        assert replayed.returncode == 0 and out["identical"] and out["steps"] > 0, (replayed.stdout, replayed.stderr)

@@ -4,8 +4,9 @@
 ``ParallelEnv`` reads it from the worker's metadata like any other). At each reset it takes
 the seed state first (:func:`seed_state`: the global RNGs and the env's own counters and generators,
 what :mod:`topo.replay` restores), then writes the episode's ``start``; at its end (done, the next reset,
-or ``close``) its ``end``. With ``record_actions`` each step's actions and a digest of what it returned
-(:func:`digest`) are kept and written, per episode, as one ``.npz`` in the worker life's ``.steps`` file.
+or ``close``) its ``end``. With ``record_actions`` each step's actions, reward and a digest of what it
+returned (:func:`digest`) are kept and written in chunks (an ``.npz`` in the worker life's ``.steps`` file
+every :data:`FLUSH_STEPS` steps or :data:`FLUSH_S` seconds, and at the end).
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from ..episodes import KEY, EpisodeId, life_file
 MAX_TENSOR = 1 << 16  # env attributes: tensors up to this many elements are state; larger ones are data
 _NESTED = ("_env", "env", "inner")  # where a wrapper keeps what it wraps: their generators are state too
 IDLE = -1  # the id of an eval worker's idle step (no episode)
+FLUSH_STEPS, FLUSH_S = 16, 1.0  # recorded steps are written at least this often (steps, seconds) and at the end
 _GENERIC_MODULES = ("builtins", "torchrl.envs.common", "torch.nn.modules.module")
 
 
@@ -89,6 +91,7 @@ class EpisodeLog:
         self._digests: list[int] = []
         self._rewards: list[float] = []
         self._action_keys: list = []
+        self._flushed_at = 0.0
 
     def install(self, env: EnvBase) -> EnvBase:
         spec = env.full_observation_spec.clone()
@@ -136,6 +139,8 @@ class EpisodeLog:
                 for key in self._action_keys:
                     self._acted.setdefault(_name(key), []).append(tensordict.get(key).detach().cpu().numpy().copy())
                 self._digests.append(digest(out))
+                if len(self._rewards) >= FLUSH_STEPS or time.monotonic() - self._flushed_at >= FLUSH_S:
+                    self._flush()
             if bool(out.get("done").any()):
                 terminated = out.get("terminated", None)
                 self.finish("terminated" if terminated is not None and bool(terminated.any()) else "truncated")
@@ -155,21 +160,31 @@ class EpisodeLog:
         self.writer.write(record)
         self._open, self._steps, self._return, self._success = True, 0, 0.0, None
         self._acted, self._digests, self._rewards = {}, ([digest(out)] if self.actions else []), []
+        self._flushed_at = time.monotonic()
+
+    def _flush(self) -> None:
+        """Write the steps kept since the last flush as one chunk (an ``.npz`` in the steps file, and a ``steps``
+        line saying where): a worker killed mid-episode leaves every chunk written before."""
+        if not self._digests and not self._rewards:
+            return
+        buffer = io.BytesIO()
+        arrays = {f"action.{name}": np.stack(values) for name, values in self._acted.items()}
+        np.savez(buffer, digests=np.asarray(self._digests, dtype=np.int64),
+                 rewards=np.asarray(self._rewards, dtype=np.float64), **arrays)
+        at = self.writer.append_steps(buffer.getvalue())
+        self.writer.write({"event": "steps", "id": int(self._id.reshape(-1)[0]), "at": at})
+        self._acted, self._digests, self._rewards = {}, [], []
+        self._flushed_at = time.monotonic()
 
     def finish(self, how: str) -> None:
         """End the open episode (``how``: terminated, truncated, reset, closed): its ``end`` record."""
         if not self._open:
             return
         self._open = False
-        record: dict[str, Any] = {"event": "end", "id": int(self._id.reshape(-1)[0]), "time": time.time(),
-                                  "steps": self._steps, "return": self._return, "how": how, "success": self._success}
         if self.actions:
-            buffer = io.BytesIO()
-            arrays = {f"action.{name}": np.stack(values) for name, values in self._acted.items()}
-            np.savez(buffer, digests=np.asarray(self._digests, dtype=np.int64),
-                     rewards=np.asarray(self._rewards, dtype=np.float64), **arrays)
-            record["actions"] = self.writer.append_steps(buffer.getvalue())
-        self.writer.write(record)
+            self._flush()
+        self.writer.write({"event": "end", "id": int(self._id.reshape(-1)[0]), "time": time.time(),
+                           "steps": self._steps, "return": self._return, "how": how, "success": self._success})
 
 
 def wrap(env: EnvBase, run_dir: str, worker: dict, seed: int | None, restart: int, actions: bool) -> EnvBase:
