@@ -140,8 +140,10 @@ class Episode:
                 "group": row.get("group"), "group_id": self.start.get("group_id"),
                 "init_state": self.start.get("init_state"), "seed": planned.get("seed", self.start.get("seed")),
                 "eval_round": self.start.get("eval_round"), "eval_episode": self.start.get("eval_episode"),
-                "started": self.start.get("time"), "steps": end.get("steps"), "return": end.get("return"),
-                "success": end.get("success"), "ended": end.get("how"),
+                "started": self.start.get("time"), "return": end.get("return"), "success": end.get("success"),
+                # no end record: it runs, or its worker stopped mid-episode; its steps so far, from the batches
+                "steps": end["steps"] if self.end else sum(self.versions.values()) or None,
+                "ended": end["how"] if self.end else "open",
                 "policy_versions": sorted((v for v in self.versions if v is not None)),
                 "recorded_actions": bool(self.chunks)}
 

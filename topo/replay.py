@@ -56,8 +56,9 @@ class Replay:
                 "row": {k: v for k, v in self.row.items() if k != "kwargs"}}
 
     def __str__(self) -> str:
-        where = (f"subcollector {self.row.get('subcollector')}, worker {self.row.get('index')}, "
-                 f"task {self.row.get('task_id', '-')}")
+        task = self.row.get("task_id")
+        where = f"subcollector {self.row.get('subcollector')}, worker {self.row.get('index')}" + (
+            f", task {task}" if task is not None else "")
         head = f"episode {self.episode} ({where}): {self.steps} steps replayed in {self.seconds:.1f}s"
         cut = "" if self.complete else " (the recording stops there: its worker stopped mid-episode)"
         if self.identical:
