@@ -89,3 +89,20 @@ def test_an_unknown_run_dir_is_a_located_spec_error(tmp_path):
 def test_the_node_run_directory_is_per_run_and_per_node():
     a, b = node_run_dir("/runs/topo-run-x", "a" * 40), node_run_dir("/runs/topo-run-x", "b" * 40)
     assert a != b and os.path.basename(a) == "topo-run-x-aaaaaaaaaaaa" and not a.startswith("/runs")
+
+
+def test_a_dead_actor_is_named_with_its_node_and_plan_rows():
+    exceptions = pytest.importorskip("ray.exceptions")
+    from types import SimpleNamespace
+
+    from topo.launch.ray_collector import RayTopology
+
+    actors = [SimpleNamespace(_actor_id=SimpleNamespace(hex=lambda i=i: f"actor{i}")) for i in range(2)]
+    topology = RayTopology(SimpleNamespace(remote_collectors=actors), -1,
+                           [[{"global_index": 0}, {"global_index": 1}], [{"global_index": 2}, {"global_index": 3}]])
+    topology.actor_placement = [{"actual": actor("a", {})}, {"actual": actor("b", {})}]
+    err = topology.lost(exceptions.RayActorError(actor_id="actor1", error_msg="The actor died because its node has died."))
+    assert err.subcollector == 1 and err.exit_code == 1
+    assert str(err) == ("subcollector 1's Ray actor died on host-b (node bbbbbbbb), with env workers [2, 3] (global "
+                        "indices): The actor died because its node has died.")
+    assert topology.lost(exceptions.RayActorError(actor_id="other")).subcollector is None

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import TopoError
-from . import observe
+from . import observe, ray_placement
 from .state import RunState
 from .teardown import Record
 
@@ -38,6 +38,7 @@ class Outcome:
     extra: dict = field(default_factory=dict)  # what the caller adds to the launch section
     evaluation: dict | None = None  # :meth:`topo.launch.eval_service.EvalService.describe`
     memory: list[dict] = field(default_factory=list)  # :meth:`RunState.memory` at the end: each worker's latest
+    actors: list[dict] | None = None  # Ray engine: each subcollector's planned and actual node (:mod:`.ray_placement`)
 
 
 class Report:
@@ -163,6 +164,7 @@ def summary(run: Outcome) -> dict[str, Any]:
                                   "planned": w.row["seed"], "applied": w.seed}
                                  for w in every if w.constructed and w.seed != w.row["seed"]]},
         "evaluation": run.evaluation,
+        "actors": run.actors,
         "plan": plan,
     }
 
@@ -322,6 +324,9 @@ def human(s: dict) -> str:
                      f"({cause.get('how') or cause['message']}); {after}; pids {r['started']['subcollector']} "
                      f"{r['started']['workers']}, seeds {r['seeds']['applied']}")
     lines += _evaluation(s.get("evaluation"))
+    if s.get("actors"):
+        lines.append("  actors, planned -> actual:")
+        lines += ray_placement.describe(s["actors"])
     checks = Counter(entry["status"] for entry in s["first_batch"])
     lines.append("  first batch vs plan: " + ", ".join(f"{n} {status}" for status, n in sorted(checks.items()))
                  + (f"; seeds: {len(s['seeds']['mismatches'])} mismatch(es) of {s['seeds']['checked']}"))
