@@ -65,11 +65,11 @@ def cluster():
         head.stop()
 
 
-def start_trainer(tmp: Path, address: str, name: str) -> subprocess.Popen:
+def start_trainer(tmp: Path, address: str, name: str, *args: str) -> subprocess.Popen:
     spec = tmp / f"{name}.yaml"
     spec.write_text(yaml.safe_dump(two_node_spec(address), sort_keys=False))
     return subprocess.Popen([sys.executable, str(TRAINER), str(spec), "--report", str(tmp / name),
-                             "--iterations", str(ITERATIONS)], cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             "--iterations", str(ITERATIONS), *args], cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**ENV, "PYTHONPATH": str(ROOT)}, start_new_session=True)
 
 
@@ -172,3 +172,25 @@ def test_a_sigkilled_trainer_leaves_no_process_of_its_run_on_any_node(cluster, t
     left = [p.pid for p in psutil.process_iter(["environ"]) if (p.info["environ"] or {}).get("TOPO_RUN_DIR", "").startswith(
         (run_dir, os.path.join(tempfile.gettempdir(), NODE_RUNS, os.path.basename(run_dir))))]
     assert left == []
+
+
+def test_an_actor_killed_on_node_b_is_named_and_the_run_torn_down(cluster, tmp_path):
+    """On one host the monitor sees the actor's pid die (it is local) and names it first; across hosts, Ray's
+    error is named with the actor's node and plan rows (``RayTopology.lost``, tests/ray/test_ray_units.py)."""
+    proc = start_trainer(tmp_path, cluster.address, "victim", "--then", "kill-subcollector-then-update", "--victim", "1")
+    try:
+        events = list(events_of(proc.stdout))
+        proc.wait(HANG_GUARD_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    stderr = proc.stderr.read()
+    assert proc.returncode == 0, stderr
+    (killed,) = [e["pid"] for e in events if e["event"] == "killed"]
+    (error,) = [e for e in events if e["event"] == "launch-error"]
+    assert error["subcollector"] == 1 and error["exit_code"] == 1, error
+    (after,) = [e for e in events if e["event"] == "after"]
+    s = after["report"]
+    assert s["processes"]["subcollector_pids"][1] == killed == s["actors"][1]["actual"]["pid"]  # node_b's actor
+    assert s["exit_code"] == 1 and s["error"]["subcollector"] == 1
+    assert s["processes"]["alive_after"] == []

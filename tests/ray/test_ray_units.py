@@ -10,7 +10,7 @@ import yaml
 import topo
 from topo.errors import LaunchError, SpecError
 from topo.launch import ray_placement
-from topo.launch.ray_records import node_run_dir, write_files
+from topo.launch.ray_records import node_run_dir, records_dir, write_files
 
 
 def plan(custom: list[dict], gpus: float = 0) -> dict:
@@ -55,9 +55,10 @@ def test_gpus_not_the_ones_ray_assigned_are_a_mismatch():
 def test_pulled_files_land_at_their_place_in_the_run_directory_and_never_outside(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    n = write_files(str(run), [("markers/started.1.ab.json", b"{}"), ("beats/sub1.r0.bin", b"\0" * 8),
-                               ("../escaped.json", b"{}")])
-    assert n == 2
+    known = {}
+    n = write_files(str(run), [("markers/started.1.ab.json", 5, 2, b"{}"), ("beats/sub1.r0.bin", 6, 8, b"\0" * 8),
+                               ("../escaped.json", 7, 2, b"{}")], known)
+    assert n == 2 and known == {"markers/started.1.ab.json": (5, 2), "beats/sub1.r0.bin": (6, 8)}
     assert (run / "markers/started.1.ab.json").read_bytes() == b"{}" and (run / "beats/sub1.r0.bin").stat().st_size == 8
     assert not (tmp_path / "escaped.json").exists()
     assert not [p for p in run.rglob("*.tmp")]
@@ -91,10 +92,11 @@ def test_the_node_run_directory_is_per_run_and_per_node():
     assert a != b and os.path.basename(a) == "topo-run-x-aaaaaaaaaaaa" and not a.startswith("/runs")
 
 
-def test_a_dead_actor_is_named_with_its_node_and_plan_rows():
+def test_a_dead_actor_is_named_with_its_node_and_plan_rows(monkeypatch):
     exceptions = pytest.importorskip("ray.exceptions")
     from types import SimpleNamespace
 
+    from topo.launch import ray_collector
     from topo.launch.ray_collector import RayTopology
 
     actors = [SimpleNamespace(_actor_id=SimpleNamespace(hex=lambda i=i: f"actor{i}")) for i in range(2)]
@@ -105,4 +107,23 @@ def test_a_dead_actor_is_named_with_its_node_and_plan_rows():
     assert err.subcollector == 1 and err.exit_code == 1
     assert str(err) == ("subcollector 1's Ray actor died on host-b (node bbbbbbbb), with env workers [2, 3] (global "
                         "indices): The actor died because its node has died.")
-    assert topology.lost(exceptions.RayActorError(actor_id="other")).subcollector is None
+    monkeypatch.setattr(ray_collector, "_first_dead", lambda actors: None)  # every actor answers
+    unknown = topology.lost(exceptions.RayActorError(actor_id="other", error_msg="gone"))
+    assert unknown.subcollector is None and str(unknown) == "a Ray actor of this run died: gone"
+    other = RuntimeError("not about an actor")
+    assert topology.lost(other) is other
+
+
+def test_records_go_to_the_node_or_to_a_shared_directory_this_node_must_see(tmp_path, monkeypatch):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "node-tmp"))
+    mine = records_dir({"run_dir": "/runs/topo-run-x", "mode": "per_node", "subcollector": 1}, "b" * 40, "host-b")
+    assert mine == str(tmp_path / "node-tmp" / "topo-node-runs" / "topo-run-x-bbbbbbbbbbbb") and os.path.isdir(mine)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "launch.json").write_text("{}")
+    assert records_dir({"run_dir": str(shared), "mode": "shared", "subcollector": 1}, "b" * 40, "host-b") == str(shared)
+    with pytest.raises(LaunchError) as err:
+        records_dir({"run_dir": "/not/mounted/here", "mode": "shared", "subcollector": 1}, "b" * 40, "host-b")
+    assert err.value.subcollector == 1
+    assert str(err.value).startswith("placement.run_dir is 'shared' but the run directory /not/mounted/here is not "
+                                     "visible on node host-b (bbbbbbbbbbbb)")

@@ -94,27 +94,53 @@ class RayTopology:
             if 0 < self.total_frames <= frames:
                 return
 
-    def lost(self, err) -> LaunchError:
-        """Ray's error for a dead actor as topo's: the subcollector, its node and its plan rows."""
-        ids = [actor._actor_id.hex() for actor in self.collector.remote_collectors]
-        index = ids.index(err.actor_id) if getattr(err, "actor_id", None) in ids else None
-        reason = (getattr(err, "error_msg", None) or str(err)).strip().splitlines()[0]
+    def lost(self, err: BaseException) -> BaseException:
+        """Ray's error for a dead actor as topo's: the subcollector, its node and its plan rows.
+
+        Ray names the actor (``actor_id``); any other error (gloo's, when a weight update meets a dead peer) is
+        about a dead actor when one no longer answers; else it is returned as it was.
+        """
+        from ray.exceptions import RayActorError
+
+        actors = list(self.collector.remote_collectors)
+        ids = [actor._actor_id.hex() for actor in actors]
+        index = ids.index(err.actor_id) if getattr(err, "actor_id", None) in ids else _first_dead(actors)
         if index is None:
-            return LaunchError(f"a Ray actor of this run died: {reason}")
+            return LaunchError(f"a Ray actor of this run died: {_reason(err)}") if isinstance(err, RayActorError) else err
         node = (self.actor_placement or [{}] * len(ids))[index].get("actual") or {}
         rows = [row["global_index"] for row in self.plan_rows[index]]
         where = f" on {node['hostname']} (node {node['node_id'][:12]})" if node else ""
         return LaunchError(f"subcollector {index}'s Ray actor died{where}, with env workers {rows} (global indices): "
-                           f"{reason}", subcollector=index)
+                           f"{_reason(err)}", subcollector=index)
 
     def update_policy_weights_(self, policy) -> None:
         """Every actor applies ``policy``'s weights (its ``version`` buffer with them) before this returns."""
-        from ray.exceptions import RayActorError
-
         try:
             self.collector.update_policy_weights_(policy)
-        except RayActorError as err:
-            raise self.lost(err) from None
+        except Exception as err:  # noqa: BLE001 - Ray's or gloo's: named when an actor died
+            found = self.lost(err)
+            if found is err:
+                raise
+            raise found from None
+
+
+def _first_dead(actors: list, timeout: float = 10.0) -> int | None:
+    """The index of the first actor that no longer answers (None: all do)."""
+    import ray
+    from ray.exceptions import GetTimeoutError, RayActorError
+
+    for index, actor in enumerate(actors):
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=timeout)
+        except RayActorError:
+            return index
+        except GetTimeoutError:
+            continue
+    return None
+
+
+def _reason(err: BaseException) -> str:
+    return ((getattr(err, "error_msg", None) or str(err)).strip().splitlines() or [type(err).__name__])[0]
 
 
 class RayEngine:

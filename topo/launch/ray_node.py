@@ -21,9 +21,9 @@ from typing import Any
 
 from torchrl.collectors import Collector
 
-from ..errors import LaunchError
 from ..rundir import RUN_DIR_VAR
-from .ray_records import NODE_RUNS, node_run_dir
+from .ray_records import NODE_RUNS, records_dir
+
 
 class NodeCollector(Collector):
     """``Collector`` of one subcollector in a Ray actor; ``topo_records``: ``{"run_dir", "mode", "subcollector"}``."""
@@ -32,18 +32,8 @@ class NodeCollector(Collector):
         import ray
 
         self._topo_node_id = ray.get_runtime_context().get_node_id()
-        self._topo_shipped: dict[str, tuple[int, int]] = {}  # file -> (mtime_ns, size) when last shipped
-        run_dir = topo_records["run_dir"]
-        if topo_records["mode"] == "per_node":
-            run_dir = node_run_dir(run_dir, self._topo_node_id)
-            os.makedirs(run_dir, exist_ok=True)
-        elif not os.path.exists(os.path.join(run_dir, "launch.json")):
-            raise LaunchError(f"placement.run_dir is 'shared' but the run directory {run_dir} is not visible on node "
-                              f"{socket.gethostname()} ({self._topo_node_id[:12]}): its records would be lost; put --report on a "
-                              "filesystem every node mounts, or use placement.run_dir: per_node",
-                              subcollector=topo_records["subcollector"])
-        self._topo_run_dir = run_dir
-        os.environ[RUN_DIR_VAR] = run_dir  # the policy and env factories below, and the env workers, write here
+        self._topo_run_dir = records_dir(topo_records, self._topo_node_id, socket.gethostname())
+        os.environ[RUN_DIR_VAR] = self._topo_run_dir  # the policy and env factories below, and the env workers, write here
         super().__init__(*args, **kwargs)
 
     def topo_node(self) -> dict[str, Any]:
@@ -56,26 +46,26 @@ class NodeCollector(Collector):
                 "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "run_dir": self._topo_run_dir}
 
-    def topo_files(self, remove: bool = False) -> list[tuple[str, bytes]]:
-        """The files of this node's run directory written or changed since the last call, as (relative path,
-        content); ``remove``: then delete the directory (the run is over on this node)."""
+    def topo_files(self, known: dict[str, tuple[int, int]], remove: bool = False) -> list[tuple[str, int, int, bytes]]:
+        """The files of this node's run directory that ``known`` (relative path -> (mtime_ns, size), what the
+        trainer holds) lacks or holds older, as (relative path, mtime_ns, size, content); ``remove``: then delete
+        the directory (the run is over on this node). Stateless here: an answer the trainer never read loses nothing."""
         out = []
         for folder, _, files in os.walk(self._topo_run_dir):
             for name in files:
-                path = os.path.join(folder, name)
-                if name.endswith(".tmp") or name.endswith(".lock"):
+                if name.endswith((".tmp", ".lock")):
                     continue
+                path = os.path.join(folder, name)
+                rel = os.path.relpath(path, self._topo_run_dir)
                 try:
                     st = os.stat(path)
-                    key = (st.st_mtime_ns, st.st_size)
-                    if self._topo_shipped.get(path) == key:
+                    if tuple(known.get(rel, ())) == (st.st_mtime_ns, st.st_size):
                         continue
                     with open(path, "rb") as f:
                         content = f.read()
-                except OSError:  # replaced while listed: the next call ships it
+                except OSError:  # replaced while listed: the next call brings it
                     continue
-                self._topo_shipped[path] = key
-                out.append((os.path.relpath(path, self._topo_run_dir), content))
+                out.append((rel, st.st_mtime_ns, st.st_size, content))
         if remove and self._topo_run_dir.startswith(os.path.join(tempfile.gettempdir(), NODE_RUNS)):
             shutil.rmtree(self._topo_run_dir, ignore_errors=True)
         return out

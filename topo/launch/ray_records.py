@@ -14,6 +14,8 @@ import tempfile
 import threading
 from typing import Any
 
+from ..errors import LaunchError
+
 PULL_EVERY_S = 2.0
 NODE_RUNS = "topo-node-runs"  # under a node's temp dir: one folder per (run, node)
 
@@ -23,11 +25,26 @@ def node_run_dir(trainer_run_dir: str, node_id: str) -> str:
     return os.path.join(tempfile.gettempdir(), NODE_RUNS, f"{os.path.basename(trainer_run_dir)}-{node_id[:12]}")
 
 
-def write_files(run_dir: str, files: list[tuple[str, bytes]]) -> int:
-    """Write each (relative path, content) under ``run_dir`` atomically; the number written."""
+def records_dir(records: dict[str, Any], node_id: str, host: str) -> str:
+    """Where an actor's records go (``records``: ``{"run_dir", "mode", "subcollector"}``): its node's own
+    directory (``per_node``, created), or the trainer's (``shared``), which must be visible on this node."""
+    if records["mode"] == "per_node":
+        path = node_run_dir(records["run_dir"], node_id)
+        os.makedirs(path, exist_ok=True)
+        return path
+    if not os.path.exists(os.path.join(records["run_dir"], "launch.json")):
+        raise LaunchError(f"placement.run_dir is 'shared' but the run directory {records['run_dir']} is not visible on "
+                          f"node {host} ({node_id[:12]}): its records would be lost; put --report on a filesystem "
+                          "every node mounts, or use placement.run_dir: per_node", subcollector=records["subcollector"])
+    return records["run_dir"]
+
+
+def write_files(run_dir: str, files: list[tuple[str, int, int, bytes]], known: dict[str, tuple[int, int]]) -> int:
+    """Write each (relative path, mtime_ns, size, content) under ``run_dir`` atomically and note it in ``known``;
+    the number written."""
     root = os.path.realpath(run_dir)
     n = 0
-    for rel, content in files:
+    for rel, mtime_ns, size, content in files:
         dest = os.path.realpath(os.path.join(root, rel))
         if os.path.commonpath([root, dest]) != root:  # never outside the run directory
             continue
@@ -36,6 +53,7 @@ def write_files(run_dir: str, files: list[tuple[str, bytes]]) -> int:
         with open(tmp, "wb") as f:
             f.write(content)
         os.replace(tmp, dest)
+        known[rel] = (mtime_ns, size)
         n += 1
     return n
 
@@ -49,6 +67,7 @@ class NodePuller:
         self.by_node: dict[str, list[Any]] = {}
         for actor, node in zip(actors, nodes):
             self.by_node.setdefault(node, []).append(actor)
+        self.known: dict[str, dict[str, tuple[int, int]]] = {node: {} for node in self.by_node}  # what each node sent
         self.pulled = 0  # files written so far
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -60,13 +79,13 @@ class NodePuller:
 
         with self._lock:
             n = 0
-            for actors in self.by_node.values():
+            for node, actors in self.by_node.items():
                 for actor in actors:
                     try:
-                        files = ray.get(actor.topo_files.remote(remove=remove), timeout=timeout)
+                        files = ray.get(actor.topo_files.remote(self.known[node], remove=remove), timeout=timeout)
                     except Exception:  # noqa: BLE001 - a dead or busy actor: its node's next one
                         continue
-                    n += write_files(self.run_dir, files)
+                    n += write_files(self.run_dir, files, self.known[node])
                     break
             self.pulled += n
             return n
