@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -166,12 +167,20 @@ def test_a_sigkilled_trainer_leaves_no_process_of_its_run_on_any_node(cluster, t
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     deadline = time.monotonic() + 60
-    while alive(pids, killed) and time.monotonic() < deadline:
+    while (alive(pids, killed) or of_run(run_dir)) and time.monotonic() < deadline:
         time.sleep(1)
     assert alive(pids, killed) == []
-    left = [p.pid for p in psutil.process_iter(["environ"]) if (p.info["environ"] or {}).get("TOPO_RUN_DIR", "").startswith(
-        (run_dir, os.path.join(tempfile.gettempdir(), NODE_RUNS, os.path.basename(run_dir))))]
-    assert left == []
+    assert of_run(run_dir) == []  # nor any other process with the run's records in its environment
+    assert len(node_dirs(run_dir)) == 2  # no shutdown pulled them: they stay on their nodes' disks
+    for directory in node_dirs(run_dir):
+        shutil.rmtree(directory)
+
+
+def of_run(run_dir: str) -> list[str]:
+    """The processes whose TOPO_RUN_DIR is the run's or one of its nodes' (pid and command line)."""
+    prefixes = (run_dir, os.path.join(tempfile.gettempdir(), NODE_RUNS, os.path.basename(run_dir)))
+    return [f"{p.pid} {' '.join(p.info['cmdline'] or [])[:200]}" for p in psutil.process_iter(["environ", "cmdline"])
+            if (p.info["environ"] or {}).get("TOPO_RUN_DIR", "").startswith(prefixes)]
 
 
 def test_an_actor_killed_on_node_b_is_named_and_the_run_torn_down(cluster, tmp_path):
@@ -194,3 +203,6 @@ def test_an_actor_killed_on_node_b_is_named_and_the_run_torn_down(cluster, tmp_p
     assert s["processes"]["subcollector_pids"][1] == killed == s["actors"][1]["actual"]["pid"]  # node_b's actor
     assert s["exit_code"] == 1 and s["error"]["subcollector"] == 1
     assert s["processes"]["alive_after"] == []
+    # node_a's directory was pulled and removed at shutdown; node_b's, its only actor dead, stays on its disk
+    assert node_dirs(s["run_dir"]) == [s["actors"][1]["actual"]["run_dir"]]
+    shutil.rmtree(s["actors"][1]["actual"]["run_dir"])
