@@ -82,7 +82,7 @@ def pack(requests: list[Resources], kinds: tuple[Node, ...]) -> list[str | None]
 
 
 def plan_section(spec: Spec) -> dict[str, Any]:
-    """The placement part of a plan: engine, address, runtime_env, and per subcollector its request and node."""
+    """The placement part of a plan: engine, address, runtime_env, run_dir, and per subcollector its request and node."""
     placement = spec.placement
     requests = resources(spec)
     where = pack(requests, placement.nodes) if placement.nodes else [None] * len(requests)
@@ -90,6 +90,7 @@ def plan_section(spec: Spec) -> dict[str, Any]:
         "engine": placement.engine,
         "address": placement.address,
         "runtime_env": placement.runtime_env,
+        "run_dir": placement.run_dir,
         "subcollectors": [{"resources": r.to_dict(), "remote_config": r.remote_config(), "node": n}
                           for r, n in zip(requests, where)],
     }

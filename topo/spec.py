@@ -90,6 +90,7 @@ class Placement:
     engine: str = "local"
     address: str = "auto"
     runtime_env: Mapping[str, Any] = field(default_factory=dict)
+    run_dir: str = "per_node"  # per_node: each node's records pulled through Ray; shared: one directory all nodes mount
     resources: Request = Request()
     overrides: tuple[Override, ...] = ()
     nodes: tuple[Node, ...] = ()
@@ -283,6 +284,7 @@ def _placement(data: Mapping[str, Any]) -> Placement:
         engine=data.get("engine", "local"),
         address=data.get("address", "auto"),
         runtime_env=data.get("runtime_env") or {},
+        run_dir=data.get("run_dir", "per_node"),
         resources=_request(data.get("resources")),
         overrides=tuple(Override(parse_items(o["subcollectors"]), _request(o["resources"]))
                         for o in data.get("overrides") or []),

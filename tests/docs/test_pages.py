@@ -81,6 +81,7 @@ FILLED = {
     "placement.engine": lambda s: s.placement.engine,
     "placement.address": lambda s: s.placement.address,
     "placement.runtime_env": lambda s: s.placement.runtime_env,
+    "placement.run_dir": lambda s: s.placement.run_dir,
     "eval.init_states": lambda s: "all" if s.eval.init_states is None else s.eval.init_states,
     "eval.trials": lambda s: s.eval.trials,
     "eval.render_devices.numbering": lambda s: s.eval.render_numbering,

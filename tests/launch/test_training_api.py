@@ -180,8 +180,10 @@ def test_the_quickstart_runs_as_written():
     assert any(line.endswith("3 update(s); versions in each subcollector's last batch [[2], [2]]") for line in lines)
 
 
-def test_collector_arguments_that_would_break_a_guarantee_are_refused(tmp_path):
+def test_collector_arguments_that_would_break_a_guarantee_are_refused(tmp_path, monkeypatch):
     from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+    from topo.launch.ray_collector import RayEngine
 
     plan = topo.compile_spec(str(write(tmp_path / "toy.yaml", toy_spec(1, 2))))
     with pytest.raises(UsageError, match="build subcollector 0's envs in the trainer"):
@@ -191,5 +193,6 @@ def test_collector_arguments_that_would_break_a_guarantee_are_refused(tmp_path):
     with pytest.raises(UsageError, match="policy= needs a policy factory"):
         topo.collector(plan, policy=object())
     ray_plan = topo.compile_spec(str(write(tmp_path / "ray.yaml", toy_spec(1, 2, placement={"engine": "ray"}))))
-    with pytest.raises(UsageError, match="weight updates reach local subcollectors only"):
+    monkeypatch.setattr(RayEngine, "capabilities", frozenset())  # an engine that cannot push weights
+    with pytest.raises(UsageError, match="placement.engine ray cannot push weights"):
         topo.collector(ray_plan, policy_factory="topo.policies.tinyvla:make", policy=object())

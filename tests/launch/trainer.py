@@ -59,6 +59,7 @@ def main() -> None:
     parser.add_argument("--max-frames-per-traj", type=int, default=None, help="the collector's episode length bound")
     parser.add_argument("--torchrl-without-restarts", action="store_true",
                         help="run as on a torchrl that lacks the names restarts need (topo.launch.boundary)")
+    parser.add_argument("--victim", type=int, default=0, help="the subcollector kill-subcollector-then-update kills")
     parser.add_argument("--then", default="ok",
                         choices=["ok", "raise", "kill-worker", "kill-subcollector-then-update", "skip-first-update"])
     args = parser.parse_args()
@@ -111,7 +112,10 @@ def main() -> None:
                     os.kill(victim, signal.SIGKILL)
                     emit(event="killed", pid=victim)
                 if args.then == "kill-subcollector-then-update":
-                    victim = run.state.subcollectors[0].pid
+                    deadline = time.monotonic() + 10  # Ray, per-node records: known once the monitor read the pull
+                    while run.state.subcollectors[args.victim].pid is None and time.monotonic() < deadline:
+                        time.sleep(0.1)
+                    victim = run.state.subcollectors[args.victim].pid
                     os.kill(victim, signal.SIGKILL)
                     emit(event="killed", pid=victim)
                     time.sleep(0.5)

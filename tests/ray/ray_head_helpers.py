@@ -1,9 +1,11 @@
-"""A throwaway local Ray cluster for the Ray launch tests: ``ray start --head --block``, stopped by its pid.
+"""A throwaway local Ray cluster for the Ray launch tests: ``ray start --head --block`` and, for each further
+"machine" on this host, ``ray start --block --address=...`` (:class:`RayNode`), each stopped by its process group.
 
 Not ``ray stop``: that ends every Ray process of this user on the machine, not only this cluster's.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -29,9 +31,9 @@ def free_port() -> int:
 
 
 class RayHead:
-    """One head node on 127.0.0.1 with ``cpus`` CPUs and its own ports and temp dir."""
+    """One head node on 127.0.0.1 with ``cpus`` CPUs, custom ``resources``, and its own ports and temp dir."""
 
-    def __init__(self, cpus: int = 2, timeout: float = 60.0):
+    def __init__(self, cpus: int = 2, timeout: float = 60.0, resources: dict[str, float] | None = None):
         # Ray's unix sockets live under the temp dir: keep its path short (pytest's tmp_path is too long)
         self.temp_dir = tempfile.mkdtemp(prefix="topo-ray-")
         ports = {flag: free_port() for flag in PORT_FLAGS}
@@ -41,21 +43,21 @@ class RayHead:
             self.proc = subprocess.Popen(
                 [str(RAY), "start", "--head", "--block", f"--num-cpus={cpus}", "--include-dashboard=false",
                  "--disable-usage-stats", "--node-ip-address=127.0.0.1", f"--temp-dir={self.temp_dir}",
+                 *([f"--resources={json.dumps(resources)}"] if resources else []),
                  *(f"--{flag}={port}" for flag, port in ports.items())],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=ENV, cwd=self.temp_dir,
                 start_new_session=True)
+        self.wait_for(f"/{cpus}.0 CPU", timeout)  # the node has registered its CPUs
+
+    def wait_for(self, text: str, timeout: float) -> None:
+        """Until ``ray status`` shows ``text``; stops this node and raises if it never does."""
         deadline = time.monotonic() + timeout
-        while f"/{cpus}.0 CPU" not in self._status():  # the node has registered its CPUs
+        while text not in status(self.address):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 tail = self.log.read_text()[-2000:]
                 self.stop()
-                raise RuntimeError(f"ray head did not start: {tail}")
+                raise RuntimeError(f"ray node did not start: {tail}")
             time.sleep(0.5)
-
-    def _status(self) -> str:
-        result = subprocess.run([str(RAY), "status", f"--address={self.address}"], capture_output=True, text=True,
-                                env=ENV)
-        return result.stdout if result.returncode == 0 else ""
 
     def stop(self, grace: float = 30.0) -> None:
         """SIGTERM the head (it stops its node's processes), then SIGKILL what is left of its process group."""
@@ -74,6 +76,30 @@ class RayHead:
         psutil.wait_procs(left, timeout=5)
         self.proc.wait()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+class RayNode(RayHead):
+    """A further node joining ``head`` with ``cpus`` CPUs and custom ``resources`` (its own process group)."""
+
+    def __init__(self, head: RayHead, resources: dict[str, float], cpus: int = 2, timeout: float = 60.0):
+        self.temp_dir = tempfile.mkdtemp(prefix="topo-rayn-")
+        self.address = head.address
+        self.log = Path(self.temp_dir, "node.log")
+        ports = {flag: free_port() for flag in ("dashboard-agent-listen-port", "dashboard-agent-grpc-port",
+                                                "runtime-env-agent-port", "metrics-export-port")}
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [str(RAY), "start", "--block", f"--address={head.address}", f"--num-cpus={cpus}",
+                 f"--resources={json.dumps(resources)}", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
+                 *(f"--{flag}={port}" for flag, port in ports.items())],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=ENV, cwd=self.temp_dir,
+                start_new_session=True)
+        self.wait_for(f"/{next(iter(resources.values())):g}.0 {next(iter(resources))}", timeout)
+
+
+def status(address: str) -> str:
+    result = subprocess.run([str(RAY), "status", f"--address={address}"], capture_output=True, text=True, env=ENV)
+    return result.stdout if result.returncode == 0 else ""
 
 
 def _pgid(pid: int) -> int | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import TopoError
 from .. import episodes
-from . import observe
+from . import observe, ray_placement
 from .state import RunState
 from .teardown import Record
 
@@ -39,6 +39,7 @@ class Outcome:
     extra: dict = field(default_factory=dict)  # what the caller adds to the launch section
     evaluation: dict | None = None  # :meth:`topo.launch.eval_service.EvalService.describe`
     memory: list[dict] = field(default_factory=list)  # :meth:`RunState.memory` at the end: each worker's latest
+    actors: list[dict] | None = None  # Ray engine: each subcollector's planned and actual node (:mod:`.ray_placement`)
 
 
 class Report:
@@ -169,6 +170,7 @@ def summary(run: Outcome) -> dict[str, Any]:
                                  for w in every if w.constructed and w.seed != w.row["seed"]]},
         "evaluation": run.evaluation,
         "episodes": episodes.counts(state.run.path),
+        "actors": run.actors,
         "plan": plan,
     }
 
@@ -354,6 +356,9 @@ def human(s: dict) -> str:
                      f"{r['started']['workers']}, seeds {r['seeds']['applied']}")
     lines += [recycle_line(r) for r in s.get("recycles") or []]
     lines += _evaluation(s.get("evaluation"))
+    if s.get("actors"):
+        lines.append("  actors, planned -> actual:")
+        lines += ray_placement.describe(s["actors"])
     checks = Counter(entry["status"] for entry in s["first_batch"])
     lines.append("  first batch vs plan: " + ", ".join(f"{n} {status}" for status, n in sorted(checks.items()))
                  + (f"; seeds: {len(s['seeds']['mismatches'])} mismatch(es) of {s['seeds']['checked']}"))

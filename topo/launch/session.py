@@ -292,7 +292,8 @@ class Run:
             self.state, self.error, self.command, self.engine.name, self.startup_timeout, self.shutdown_budget,
             self.max_concurrent_starts, self.ready_at, self.down, self.monitor.peak, self.monitor.seen,
             self.placement.describe() if self.placement else None, self.torchrl.to_dict(self.features), self.extra,
-            evaluation=self.eval.describe() if self.eval else None, memory=self.state.memory()))
+            evaluation=self.eval.describe() if self.eval else None, memory=self.state.memory(),
+            actors=getattr(self.collector, "actor_placement", None)))
         self.report.file(self.state.run.path, self.report_dir)
 
 
@@ -331,8 +332,8 @@ def _parts(plan: dict[str, Any], policy_factory, policy, collector_kwargs: dict[
         raise UsageError("policy= needs a policy factory to build the copies that act: pass policy_factory= or "
                          "give the spec a policy section")
     if policy is not None and "weight_updates" not in engine.capabilities:
-        raise UsageError(f"weight updates reach local subcollectors only: with placement.engine {engine.name}, each "
-                         "actor builds its copy from the policy factory and keeps its weights (drop policy=)")
+        raise UsageError(f"placement.engine {engine.name} cannot push weights: each subcollector builds its copy from "
+                         "the policy factory and keeps its weights (drop policy=)")
     placement = Placement(setup, policy, len(plan["subcollectors"]),
                           collector_acks="collector_acks" in engine.capabilities) if setup else None
     return setup, features, torchrl, engine, placement

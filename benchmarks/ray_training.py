@@ -1,0 +1,142 @@
+"""Training over Ray beside training on one machine: time to ready and seconds per weight update.
+
+    python benchmarks/ray_training.py             # toy 2 x 2 with TinyVLA, local vs ray, 2 rounds (a few minutes)
+
+Starts a two-node Ray cluster on this host (a head holding ``node_a``, a second node holding ``node_b``; the
+helpers of ``tests/ray``), then, alternating the engines, one ``topo.collector`` run per case in a fresh
+process: ``--batches`` iterations of collect, one optimizer step, ``update_weights``. The ray case places
+subcollector 0 on node_a and 1 on node_b, records per node (``placement.run_dir: per_node``). Each figure is
+the median of its rounds (min and max kept). Results: ``benchmarks/results/ray_training.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+POLICY = {"factory": "topo.policies.tinyvla:make", "kwargs": {"action_dim": 4, "image_size": 16, "state_dim": 8},
+          "placement": "subcollector", "device": None, "weight_sync": "shared_mem"}
+
+
+def spec(engine: str, address: str) -> dict:
+    out = {"version": 1, "name": f"toy-2x2-{engine}",
+           "env": {"backend": "toy", "kwargs": {"success_steps": 4, "state_dim": 8}},
+           "topology": {"subcollectors": 2, "workers_per_subcollector": 2, "start_method": {"workers": "spawn"}},
+           "assignment": {"tasks": [0, 1], "instructions": {0: "push left", 1: "push right"},
+                          "groups": {"size": 1, "candidate_size": 2}, "seeds": {"base": 0}},
+           "collector": {"frames_per_batch": 32}, "launch": {"startup_timeout": 300}}
+    if engine == "ray":
+        out["placement"] = {"engine": "ray", "address": address, "resources": {"cpus": 1},
+                            "overrides": [{"subcollectors": 0, "resources": {"custom": {"node_a": 1}}},
+                                          {"subcollectors": 1, "resources": {"custom": {"node_b": 1}}}]}
+    return out
+
+
+def run_case(engine: str, address: str, batches: int) -> dict:
+    """In a fresh process: one run, its figures."""
+    import torch
+    import yaml
+
+    import topo
+    from topo.policies.tinyvla import make
+
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"topo-bench-ray-{os.getpid()}.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(spec(engine, address), f)
+    plan = topo.compile_spec(path)
+    plan["policy"] = dict(POLICY)
+    policy = make(**POLICY["kwargs"])
+    optim = torch.optim.SGD(policy.parameters(), lr=1e-4)
+    t0 = time.perf_counter()
+    with topo.collector(plan, policy=policy, progress=False) as run:
+        ready = time.perf_counter() - t0
+        updates, versions = [], []
+        for i, batch in enumerate(run.collector):
+            if i == 0:
+                first = time.perf_counter() - t0
+            versions.append(sorted({int(v) for v in batch["policy_version"].flatten().tolist()}))
+            loss = -policy.log_prob(batch.reshape(-1)).mean()
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+            started = time.perf_counter()
+            run.update_weights()
+            updates.append(time.perf_counter() - started)
+            if i + 1 >= batches:
+                break
+    report = run.report.data
+    return {"engine": engine, "ready_s": ready, "first_batch_s": first, "update_s": updates,
+            "versions_ok": versions == [[i] for i in range(len(versions))],
+            "constructions": report["constructions"]["by_role"], "env_closes": report["env_closes"],
+            "shutdown_s": report["timings_s"]["shutdown"], "alive_after": report["processes"]["alive_after"]}
+
+
+def spread(values: list[float]) -> dict:
+    return {"median": round(statistics.median(values), 4), "min": round(min(values), 4), "max": round(max(values), 4)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument("--out", default=os.path.join(HERE, "results", "ray_training.json"))
+    parser.add_argument("--case", nargs=2, metavar=("ENGINE", "ADDRESS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.case:
+        print(json.dumps(run_case(*args.case, args.batches)), flush=True)
+        return
+    sys.path.insert(0, ROOT)
+    from tests.ray.ray_head_helpers import ENV, RayHead, RayNode
+
+    started = time.perf_counter()
+    head = RayHead(cpus=2, resources={"node_a": 1})
+    node = None
+    runs: dict[str, list[dict]] = {}
+    try:
+        node = RayNode(head, {"node_b": 1}, cpus=2)
+        cluster_s = time.perf_counter() - started
+        for _ in range(args.rounds):
+            for engine in ("local", "ray"):
+                done = subprocess.run([sys.executable, __file__, "--case", engine, head.address,
+                                       "--batches", str(args.batches)], capture_output=True, text=True,
+                                      env={**ENV, "PYTHONPATH": ROOT})
+                if done.returncode != 0:
+                    raise SystemExit(f"{engine} failed:\n{done.stderr[-3000:]}")
+                result = json.loads(done.stdout.strip().splitlines()[-1])
+                runs.setdefault(engine, []).append(result)
+                print(f"{engine:<6} ready {result['ready_s']:6.1f}s  first batch {result['first_batch_s']:6.1f}s  "
+                      f"update {statistics.median(result['update_s']):.4f}s  shutdown {result['shutdown_s']:.1f}s",
+                      flush=True)
+    finally:
+        if node is not None:
+            node.stop()
+        head.stop()
+    summary = {
+        "machine": {"cores": os.cpu_count()}, "rounds": args.rounds, "batches": args.batches,
+        "topology": "toy 2 x 2, TinyVLA in each subcollector; ray: 2 nodes on this host, one subcollector each",
+        "cluster_start_s": round(cluster_s, 1),
+        "engines": {engine: {
+            "ready_s": spread([r["ready_s"] for r in rs]),
+            "first_batch_s": spread([r["first_batch_s"] for r in rs]),
+            "update_s": spread([statistics.median(r["update_s"]) for r in rs]),
+            "shutdown_s": spread([r["shutdown_s"] for r in rs]),
+            "versions_ok": all(r["versions_ok"] for r in rs),
+            "constructions": rs[0]["constructions"], "env_closes": [r["env_closes"] for r in rs],
+            "alive_after": sorted({p for r in rs for p in r["alive_after"]}),
+        } for engine, rs in runs.items()},
+    }
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(summary, f, indent=1)
+        f.write("\n")
+    print(f"written {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""Training across two Ray nodes on this host: ``topo.collector`` with ``placement.engine: ray``.
+
+One cluster for the module (a head holding ``node_a`` and a second node holding ``node_b``, each ``ray start``
+in its own process group) and one training run shared by the tests (``tests/launch/trainer.py``: TinyVLA,
+a gradient step and a weight push per batch): sub0 is planned on node_a, sub1 on node_b, records per node.
+A second run is SIGKILLed after its first weight update.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from topo.launch.ray_records import NODE_RUNS
+from topo.rundir import RunDir
+
+from tests.ray.ray_head_helpers import ENV, RayHead, RayNode
+from tests.ray.test_ray_launch import alive, needs_ray
+
+pytestmark = [pytest.mark.slow, needs_ray]
+TRAINER = Path(__file__).resolve().parent.parent / "launch" / "trainer.py"
+ROOT = TRAINER.parent.parent.parent
+HANG_GUARD_S = 240
+ITERATIONS = 3
+
+
+def two_node_spec(address: str) -> dict:
+    return {
+        "version": 1,
+        "name": "toy-ray-2-nodes",
+        "env": {"backend": "toy", "kwargs": {"success_steps": 4, "state_dim": 8}},
+        "topology": {"subcollectors": 2, "workers_per_subcollector": 2, "start_method": {"workers": "spawn"}},
+        "assignment": {"tasks": [0, 1], "instructions": {0: "push left", 1: "push right"},
+                       "groups": {"size": 1, "candidate_size": 2}, "seeds": {"base": 100}},
+        "placement": {"engine": "ray", "address": address, "resources": {"cpus": 1}, "run_dir": "per_node",
+                      "overrides": [{"subcollectors": 0, "resources": {"custom": {"node_a": 1}}},
+                                    {"subcollectors": 1, "resources": {"custom": {"node_b": 1}}}]},
+        "collector": {"sync": True, "frames_per_batch": 8},
+        "launch": {"startup_timeout": 180, "shutdown_timeout": 60},
+    }
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    head = RayHead(cpus=2, resources={"node_a": 1})
+    try:
+        node = RayNode(head, {"node_b": 1}, cpus=2)
+    except BaseException:
+        head.stop()
+        raise
+    try:
+        yield head
+    finally:
+        node.stop()
+        head.stop()
+
+
+def start_trainer(tmp: Path, address: str, name: str, *args: str) -> subprocess.Popen:
+    spec = tmp / f"{name}.yaml"
+    spec.write_text(yaml.safe_dump(two_node_spec(address), sort_keys=False))
+    return subprocess.Popen([sys.executable, str(TRAINER), str(spec), "--report", str(tmp / name),
+                             "--iterations", str(ITERATIONS), *args], cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**ENV, "PYTHONPATH": str(ROOT)}, start_new_session=True)
+
+
+def events_of(stdout):
+    """The trainer's JSON events (Ray prints the actors' output on the same stdout)."""
+    return (json.loads(line) for line in stdout if line.startswith("{"))
+
+
+def node_dirs(run_dir: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(tempfile.gettempdir(), NODE_RUNS, os.path.basename(run_dir) + "-*")))
+
+
+@pytest.fixture(scope="module")
+def training(cluster, tmp_path_factory):
+    """The shared run: its events, its summary, and the node run directories as they stood once it was ready."""
+    tmp = tmp_path_factory.mktemp("ray-training")
+    proc = start_trainer(tmp, cluster.address, "train")
+    events, seen = [], {}
+    try:
+        for event in events_of(proc.stdout):
+            events.append(event)
+            if event["event"] == "ready":
+                seen = {d: sorted(str(p.relative_to(d)) for p in Path(d).rglob("*.json")) for d in node_dirs(event["run_dir"])}
+        proc.wait(HANG_GUARD_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    stderr = proc.stderr.read()
+    assert proc.returncode == 0, stderr
+    (after,) = [e for e in events if e["event"] == "after"]
+    return {"events": events, "summary": after["report"], "node_dirs": seen, "stderr": stderr, "ended": time.time()}
+
+
+def test_every_batch_acts_with_the_weights_pushed_last(training):
+    batches = [e for e in training["events"] if e["event"] == "batch"]
+    updates = [e["version"] for e in training["events"] if e["event"] == "update"]
+    assert updates == [1, 2, 3]
+    # batch i was collected after i pushes (the first: the trainer's weights, sent when the actors were ready)
+    assert [b["versions"] for b in batches] == [[0], [1], [2]]
+    assert all(b["shape"] == [2, 2, 2] and b["diff"] < 1e-5 for b in batches), batches
+    policy = training["summary"]["policy"]
+    assert policy["updates"] == 3 and policy["trainer_policy"] is True
+
+
+def test_actors_run_on_the_nodes_the_plan_put_them(training):
+    s = training["summary"]
+    actors = s["actors"]
+    assert [a["problems"] for a in actors] == [[], []]
+    assert [a["actual"]["held"].get(f"node_{n}") for a, n in zip(actors, "ab")] == [1.0, 1.0]
+    assert [a["actual"]["node_custom"] for a in actors] == [["node_a"], ["node_b"]]
+    assert actors[0]["actual"]["node_id"] != actors[1]["actual"]["node_id"]
+    assert [a["actual"]["pid"] for a in actors] == s["processes"]["subcollector_pids"]  # the actors said it themselves
+    assert "actors, planned -> actual:" in training["stderr"] and "sub1: planned node_b 1 -> node" in training["stderr"]
+
+
+def test_records_of_both_nodes_reach_the_report_without_a_shared_directory(training):
+    s = training["summary"]
+    run_dir = s["run_dir"]
+    nodes = training["node_dirs"]
+    # each node wrote in a directory of its own, not the trainer's, holding its subcollector's and workers' markers
+    assert len(nodes) == 2 and run_dir not in nodes
+    assert sorted(a["actual"]["run_dir"] for a in s["actors"]) == sorted(nodes)
+    for directory, files in nodes.items():
+        assert any(f.startswith("markers/subcollector.") for f in files)
+        assert sum(f.startswith("markers/constructed.") for f in files) == 2
+        assert set(files) <= {str(p.relative_to(run_dir)) for p in Path(run_dir).rglob("*.json")}  # pulled
+    assert node_dirs(run_dir) == []  # removed once pulled at shutdown
+    assert s["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 4}
+    assert s["env_closes"] == {"constructed": 4, "closed": 4}  # the closes: written at shutdown, pulled last
+    assert s["seeds"] == {"checked": 4, "mismatches": []}
+    assert None not in s["processes"]["worker_pids"] and None not in s["processes"]["subcollector_pids"]
+    assert [e["status"] for e in s["first_batch"]] == ["ok", "ok"]
+    assert s["launch"]["batches_per_subcollector"] == [ITERATIONS, ITERATIONS]
+    p = s["processes"]
+    assert alive(set(p["worker_pids"]) | set(p["subcollector_pids"]), training["ended"]) == []
+
+
+def test_a_sigkilled_trainer_leaves_no_process_of_its_run_on_any_node(cluster, tmp_path):
+    proc = start_trainer(tmp_path, cluster.address, "killed")
+    run_dir = None
+    try:
+        for event in events_of(proc.stdout):
+            if event["event"] == "ready":
+                run_dir = event["run_dir"]
+            if event["event"] == "update":
+                break
+        records = RunDir(run_dir).read_all("markers")
+        pids = {r["pid"] for r in records if r["name"] in ("subcollector", "started", "constructed")}
+        assert len(pids) == 6  # 2 actors, 4 env workers, all known to the trainer through the pulls
+        os.kill(proc.pid, signal.SIGKILL)
+        killed = time.time()
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while (alive(pids, killed) or of_run(run_dir)) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert alive(pids, killed) == []
+    assert of_run(run_dir) == []  # nor any other process with the run's records in its environment
+    assert len(node_dirs(run_dir)) == 2  # no shutdown pulled them: they stay on their nodes' disks
+    for directory in node_dirs(run_dir):
+        shutil.rmtree(directory)
+
+
+def of_run(run_dir: str) -> list[str]:
+    """The processes whose TOPO_RUN_DIR is the run's or one of its nodes' (pid and command line)."""
+    prefixes = (run_dir, os.path.join(tempfile.gettempdir(), NODE_RUNS, os.path.basename(run_dir)))
+    return [f"{p.pid} {' '.join(p.info['cmdline'] or [])[:200]}" for p in psutil.process_iter(["environ", "cmdline"])
+            if (p.info["environ"] or {}).get("TOPO_RUN_DIR", "").startswith(prefixes)]
+
+
+def test_an_actor_killed_on_node_b_is_named_and_the_run_torn_down(cluster, tmp_path):
+    """On one host the monitor sees the actor's pid die (it is local) and names it first; across hosts, Ray's
+    error is named with the actor's node and plan rows (``RayTopology.lost``, tests/ray/test_ray_units.py)."""
+    proc = start_trainer(tmp_path, cluster.address, "victim", "--then", "kill-subcollector-then-update", "--victim", "1")
+    try:
+        events = list(events_of(proc.stdout))
+        proc.wait(HANG_GUARD_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    stderr = proc.stderr.read()
+    assert proc.returncode == 0, stderr
+    (killed,) = [e["pid"] for e in events if e["event"] == "killed"]
+    (error,) = [e for e in events if e["event"] == "launch-error"]
+    assert error["subcollector"] == 1 and error["exit_code"] == 1, error
+    (after,) = [e for e in events if e["event"] == "after"]
+    s = after["report"]
+    assert s["processes"]["subcollector_pids"][1] == killed == s["actors"][1]["actual"]["pid"]  # node_b's actor
+    assert s["exit_code"] == 1 and s["error"]["subcollector"] == 1
+    assert s["processes"]["alive_after"] == []
+    # node_a's directory was pulled and removed at shutdown; node_b's, its only actor dead, stays on its disk
+    assert node_dirs(s["run_dir"]) == [s["actors"][1]["actual"]["run_dir"]]
+    shutil.rmtree(s["actors"][1]["actual"]["run_dir"])

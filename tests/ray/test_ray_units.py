@@ -1,0 +1,129 @@
+"""The Ray engine's pure parts, without a cluster: the placement check, the records pulled into the run
+directory, the per-node run directory's place and the ``placement.run_dir`` field."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+
+import topo
+from topo.errors import LaunchError, SpecError
+from topo.launch import ray_placement
+from topo.launch.ray_records import node_run_dir, records_dir, write_files
+
+
+def plan(custom: list[dict], gpus: float = 0) -> dict:
+    subs = [{"resources": {"cpus": 1, "gpus": gpus, "memory_gb": None, "custom": c}, "node": None} for c in custom]
+    return {"placement": {"subcollectors": subs}}
+
+
+def actor(node: str, held: dict, gpu_ids=(), visible=None) -> dict:
+    return {"node_id": node * 8, "hostname": f"host-{node}", "pid": 1, "assigned": held, "gpu_ids": list(gpu_ids),
+            "cuda_visible_devices": visible, "run_dir": "/tmp/x"}
+
+
+NODES = {"a" * 8: {"CPU": 2.0, "node_a": 1.0, "node:127.0.0.1": 1.0}, "b" * 8: {"CPU": 2.0, "node_b": 1.0}}
+
+
+def test_actors_where_the_plan_put_them_pass_and_are_described():
+    rows = ray_placement.compare(plan([{"node_a": 1}, {"node_b": 1}]),
+                                 [actor("a", {"CPU": 1.0, "node_a": 1.0}), actor("b", {"CPU": 1.0, "node_b": 1.0})], NODES)
+    ray_placement.verify(rows)
+    assert [r["problems"] for r in rows] == [[], []]
+    assert rows[1]["actual"]["node_custom"] == ["node_b"] and rows[1]["planned"]["custom"] == {"node_b": 1}
+    assert "sub1: planned node_b 1 -> node bbbbbbbb on host-b" in ray_placement.describe(rows)[1]
+
+
+def test_an_actor_without_its_planned_resource_is_a_launch_error_naming_its_subcollector():
+    rows = ray_placement.compare(plan([{}, {"node_b": 1}]),
+                                 [actor("a", {"CPU": 1.0}), actor("a", {"CPU": 1.0})], NODES)
+    with pytest.raises(LaunchError) as err:
+        ray_placement.verify(rows)
+    assert err.value.subcollector == 1 and err.value.exit_code == 1
+    assert str(err.value) == ("subcollector 1 is not where the plan put it: its actor on host-a (node aaaaaaaa) holds 0 "
+                              "of resource 'node_b', planned 1; its node has no resource 'node_b'")
+
+
+def test_gpus_not_the_ones_ray_assigned_are_a_mismatch():
+    rows = ray_placement.compare(plan([{}], gpus=1), [actor("a", {"CPU": 1.0, "GPU": 1.0}, ["3"], visible="0")], NODES)
+    assert rows[0]["problems"] == ["CUDA_VISIBLE_DEVICES=0 but Ray assigned GPU(s) 3"]
+    rows = ray_placement.compare(plan([{}], gpus=1), [actor("a", {"CPU": 1.0})], NODES)
+    assert rows[0]["problems"] == ["holds 0 GPU(s), planned 1"]
+
+
+def test_pulled_files_land_at_their_place_in_the_run_directory_and_never_outside(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    known = {}
+    n = write_files(str(run), [("markers/started.1.ab.json", 5, 2, b"{}"), ("beats/sub1.r0.bin", 6, 8, b"\0" * 8),
+                               ("../escaped.json", 7, 2, b"{}")], known)
+    assert n == 2 and known == {"markers/started.1.ab.json": (5, 2), "beats/sub1.r0.bin": (6, 8)}
+    assert (run / "markers/started.1.ab.json").read_bytes() == b"{}" and (run / "beats/sub1.r0.bin").stat().st_size == 8
+    assert not (tmp_path / "escaped.json").exists()
+    assert not [p for p in run.rglob("*.tmp")]
+
+
+def spec(tmp_path, **placement) -> str:
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({
+        "version": 1, "name": "toy", "env": {"backend": "toy"},
+        "topology": {"subcollectors": 2, "workers_per_subcollector": 1},
+        "assignment": {"tasks": [0, 1], "instructions": {0: "a", 1: "b"}},
+        "placement": {"engine": "ray", **placement}}))
+    return str(path)
+
+
+def test_run_dir_defaults_to_per_node_and_reaches_the_plan(tmp_path):
+    assert topo.compile_spec(spec(tmp_path))["placement"]["run_dir"] == "per_node"
+    assert topo.compile_spec(spec(tmp_path, run_dir="shared"))["placement"]["run_dir"] == "shared"
+
+
+def test_an_unknown_run_dir_is_a_located_spec_error(tmp_path):
+    with pytest.raises(SpecError) as err:
+        topo.compile_spec(spec(tmp_path, run_dir="nfs"))
+    assert err.value.exit_code == 2
+    (diagnostic,) = [d for d in err.value.diagnostics if d.is_error]
+    assert "placement" in diagnostic.format() and "run_dir" in diagnostic.format()
+
+
+def test_the_node_run_directory_is_per_run_and_per_node():
+    a, b = node_run_dir("/runs/topo-run-x", "a" * 40), node_run_dir("/runs/topo-run-x", "b" * 40)
+    assert a != b and os.path.basename(a) == "topo-run-x-aaaaaaaaaaaa" and not a.startswith("/runs")
+
+
+def test_a_dead_actor_is_named_with_its_node_and_plan_rows(monkeypatch):
+    exceptions = pytest.importorskip("ray.exceptions")
+    from types import SimpleNamespace
+
+    from topo.launch import ray_collector
+    from topo.launch.ray_collector import RayTopology
+
+    actors = [SimpleNamespace(_actor_id=SimpleNamespace(hex=lambda i=i: f"actor{i}")) for i in range(2)]
+    topology = RayTopology(SimpleNamespace(remote_collectors=actors), -1,
+                           [[{"global_index": 0}, {"global_index": 1}], [{"global_index": 2}, {"global_index": 3}]])
+    topology.actor_placement = [{"actual": actor("a", {})}, {"actual": actor("b", {})}]
+    err = topology.lost(exceptions.RayActorError(actor_id="actor1", error_msg="The actor died because its node has died."))
+    assert err.subcollector == 1 and err.exit_code == 1
+    assert str(err) == ("subcollector 1's Ray actor died on host-b (node bbbbbbbb), with env workers [2, 3] (global "
+                        "indices): The actor died because its node has died.")
+    monkeypatch.setattr(ray_collector, "_first_dead", lambda actors: None)  # every actor answers
+    unknown = topology.lost(exceptions.RayActorError(actor_id="other", error_msg="gone"))
+    assert unknown.subcollector is None and str(unknown) == "a Ray actor of this run died: gone"
+    other = RuntimeError("not about an actor")
+    assert topology.lost(other) is other
+
+
+def test_records_go_to_the_node_or_to_a_shared_directory_this_node_must_see(tmp_path, monkeypatch):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "node-tmp"))
+    mine = records_dir({"run_dir": "/runs/topo-run-x", "mode": "per_node", "subcollector": 1}, "b" * 40, "host-b")
+    assert mine == str(tmp_path / "node-tmp" / "topo-node-runs" / "topo-run-x-bbbbbbbbbbbb") and os.path.isdir(mine)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "launch.json").write_text("{}")
+    assert records_dir({"run_dir": str(shared), "mode": "shared", "subcollector": 1}, "b" * 40, "host-b") == str(shared)
+    with pytest.raises(LaunchError) as err:
+        records_dir({"run_dir": "/not/mounted/here", "mode": "shared", "subcollector": 1}, "b" * 40, "host-b")
+    assert err.value.subcollector == 1
+    assert str(err.value).startswith("placement.run_dir is 'shared' but the run directory /not/mounted/here is not "
+                                     "visible on node host-b (bbbbbbbbbbbb)")

@@ -1,0 +1,72 @@
+"""The placement the plan promised, checked against where each Ray actor says it runs.
+
+Pure: :func:`compare` takes the plan and what each actor reported (:meth:`~.ray_node.NodeCollector.topo_node`)
+with the totals of the nodes it runs on (``ray.nodes()``), and returns one row per subcollector, planned
+beside actual; :func:`verify` raises a :class:`~topo.errors.LaunchError` naming the first subcollector
+whose actor does not hold what its plan row asks: each custom resource in the planned amount (the node
+it was promised), on a node that has it, and as many GPUs as planned, the ones ``CUDA_VISIBLE_DEVICES``
+shows (a runtime_env that overrides it hides Ray's assignment).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import LaunchError
+
+
+def compare(plan: dict[str, Any], actors: list[dict], node_totals: dict[str, dict]) -> list[dict[str, Any]]:
+    """Per subcollector: ``planned`` (node, resources), ``actual`` (node, host, held resources, GPUs) and
+    ``problems`` (empty: as planned)."""
+    rows = []
+    for index, (sub, actor) in enumerate(zip(plan["placement"]["subcollectors"], actors)):
+        planned = sub["resources"]
+        held = actor.get("assigned") or {}
+        totals = node_totals.get(actor["node_id"], {})
+        problems = []
+        for name, amount in planned["custom"].items():
+            if abs(held.get(name, 0) - amount) > 1e-9:
+                problems.append(f"holds {held.get(name, 0):g} of resource {name!r}, planned {amount:g}")
+            if name not in totals:
+                problems.append(f"its node has no resource {name!r}")
+        gpus = actor.get("gpu_ids") or []
+        if planned["gpus"] >= 1 and len(gpus) != int(planned["gpus"]):
+            problems.append(f"holds {len(gpus)} GPU(s), planned {planned['gpus']:g}")
+        visible = actor.get("cuda_visible_devices")
+        if gpus and visible is not None and sorted(visible.split(",")) != sorted(gpus):
+            problems.append(f"CUDA_VISIBLE_DEVICES={visible} but Ray assigned GPU(s) {','.join(gpus)}")
+        rows.append({"subcollector": index,
+                     "planned": {"node": sub["node"], "custom": planned["custom"], "gpus": planned["gpus"],
+                                 "cpus": planned["cpus"]},
+                     "actual": {"node_id": actor["node_id"], "hostname": actor["hostname"], "pid": actor["pid"],
+                                "held": held, "gpu_ids": gpus, "cuda_visible_devices": visible,
+                                "run_dir": actor["run_dir"],
+                                "node_custom": sorted(k for k in totals if not _builtin(k))},
+                     "problems": problems})
+    return rows
+
+
+def verify(rows: list[dict[str, Any]]) -> None:
+    """Raise for the first subcollector whose actor is not where the plan put it."""
+    for row in rows:
+        if row["problems"]:
+            actual = row["actual"]
+            raise LaunchError(f"subcollector {row['subcollector']} is not where the plan put it: its actor on "
+                              f"{actual['hostname']} (node {actual['node_id'][:12]}) " + "; ".join(row["problems"]),
+                              subcollector=row["subcollector"])
+
+
+def describe(rows: list[dict[str, Any]]) -> list[str]:
+    """The report's lines: each subcollector's planned node and resources beside its actor's node."""
+    out = []
+    for row in rows:
+        planned, actual = row["planned"], row["actual"]
+        asked = ", ".join(f"{k} {v:g}" for k, v in planned["custom"].items()) or "no custom resource"
+        where = f" ({planned['node']})" if planned["node"] else ""
+        status = "ok" if not row["problems"] else "MISMATCH: " + "; ".join(row["problems"])
+        out.append(f"    sub{row['subcollector']}: planned {asked}{where} -> node {actual['node_id'][:12]} on "
+                   f"{actual['hostname']}, pid {actual['pid']}, gpus {actual['gpu_ids'] or 'none'} [{status}]")
+    return out
+
+
+def _builtin(name: str) -> bool:
+    return name in ("CPU", "GPU", "memory", "object_store_memory") or name.startswith(("node:", "accelerator_type:"))
