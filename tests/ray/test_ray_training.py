@@ -22,6 +22,7 @@ import psutil
 import pytest
 import yaml
 
+from topo.episodes import Episodes
 from topo.launch.ray_records import NODE_RUNS
 from topo.rundir import RunDir
 
@@ -87,7 +88,7 @@ def node_dirs(run_dir: str) -> list[str]:
 def training(cluster, tmp_path_factory):
     """The shared run: its events, its summary, and the node run directories as they stood once it was ready."""
     tmp = tmp_path_factory.mktemp("ray-training")
-    proc = start_trainer(tmp, cluster.address, "train")
+    proc = start_trainer(tmp, cluster.address, "train", "--record-actions")
     events, seen = [], {}
     try:
         for event in events_of(proc.stdout):
@@ -146,6 +147,25 @@ def test_records_of_both_nodes_reach_the_report_without_a_shared_directory(train
     assert s["launch"]["batches_per_subcollector"] == [ITERATIONS, ITERATIONS]
     p = s["processes"]
     assert alive(set(p["worker_pids"]) | set(p["subcollector_pids"]), training["ended"]) == []
+
+
+def test_episodes_of_both_nodes_resolve_and_one_of_node_b_replays(training):
+    """Provenance across nodes: each episode id of the batches resolves, from the records pulled through Ray, to
+    its plan row and the versions that acted; an episode of node_b's worker replays here, bit for bit."""
+    s = training["summary"]
+    episodes = Episodes(s["run_dir"])
+    seen: dict[int, set] = {}
+    for batch in (e for e in training["events"] if e["event"] == "batch"):
+        for value, version in batch["episodes"]:
+            seen.setdefault(value, set()).add(version)
+    assert {episodes.get(v).row["subcollector"] for v in seen} == {0, 1}
+    for value, versions in seen.items():
+        assert set(episodes.get(value).summary()["policy_versions"]) == versions
+    on_b = next(e for e in episodes if e.row["subcollector"] == 1 and e.chunks)
+    done = subprocess.run([sys.executable, "-m", "topo", "replay", s["run_dir"], str(on_b.id), "--format", "json"],
+                          capture_output=True, text=True, env={**ENV, "PYTHONPATH": str(ROOT)}, timeout=HANG_GUARD_S)
+    out = json.loads(done.stdout)
+    assert done.returncode == 0 and out["identical"] and out["steps"] > 0, (done.stdout, done.stderr[-2000:])
 
 
 def test_a_sigkilled_trainer_leaves_no_process_of_its_run_on_any_node(cluster, tmp_path):

@@ -56,12 +56,35 @@ def test_pulled_files_land_at_their_place_in_the_run_directory_and_never_outside
     run = tmp_path / "run"
     run.mkdir()
     known = {}
-    n = write_files(str(run), [("markers/started.1.ab.json", 5, 2, b"{}"), ("beats/sub1.r0.bin", 6, 8, b"\0" * 8),
-                               ("../escaped.json", 7, 2, b"{}")], known)
+    n = write_files(str(run), [("markers/started.1.ab.json", 5, 2, b"{}", 0), ("beats/sub1.r0.bin", 6, 8, b"\0" * 8, 0),
+                               ("../escaped.json", 7, 2, b"{}", 0)], known)
     assert n == 2 and known == {"markers/started.1.ab.json": (5, 2), "beats/sub1.r0.bin": (6, 8)}
     assert (run / "markers/started.1.ab.json").read_bytes() == b"{}" and (run / "beats/sub1.r0.bin").stat().st_size == 8
     assert not (tmp_path / "escaped.json").exists()
     assert not [p for p in run.rglob("*.tmp")]
+    # an episode file grows: its new bytes are appended; one that does not line up is forgotten, then sent whole
+    life = "episodes/w3.r0.jsonl"
+    assert write_files(str(run), [(life, 8, 6, b'{"a":1', 0)], known) == 1
+    assert write_files(str(run), [(life, 9, 10, b'}\n{}', 6)], known) == 1 and known[life] == (9, 10)
+    assert (run / life).read_bytes() == b'{"a":1}\n{}'
+    assert write_files(str(run), [(life, 10, 14, b"\n{}\n", 12)], known) == 0 and life not in known
+
+
+def test_a_node_sends_an_episode_file_s_new_bytes_only(tmp_path, monkeypatch):
+    from topo.launch.ray_node import NodeCollector
+
+    node = NodeCollector.__new__(NodeCollector)  # its file listing only: no Ray, no collector
+    node._topo_run_dir = str(tmp_path)
+    (tmp_path / "episodes").mkdir()
+    (tmp_path / "episodes" / "w0.r0.jsonl").write_bytes(b"0123456789")
+    (tmp_path / "observed.json").write_bytes(b"{}")
+    first = {rel: (content, offset) for rel, _, _, content, offset in node.topo_files({})}
+    assert first == {"episodes/w0.r0.jsonl": (b"0123456789", 0), "observed.json": (b"{}", 0)}
+    with open(tmp_path / "episodes" / "w0.r0.jsonl", "ab") as f:
+        f.write(b"abc")
+    known = {"episodes/w0.r0.jsonl": (1, 10), "observed.json": (2, 3)}
+    again = {rel: (content, offset) for rel, _, _, content, offset in node.topo_files(known)}
+    assert again == {"episodes/w0.r0.jsonl": (b"abc", 10), "observed.json": (b"{}", 0)}
 
 
 def spec(tmp_path, **placement) -> str:

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 
 from .. import gl
 from ..errors import LaunchError
+from ..episodes import RECORD_VAR
 from ..rundir import RUN_DIR_VAR, SLOTS_VAR
 from . import plans
 
@@ -49,7 +50,7 @@ def runtime_env(plan: dict[str, Any]) -> dict[str, Any]:
     actor's working directory is Ray's, not this process's.
     """
     env = copy.deepcopy(plan["placement"]["runtime_env"])
-    ours = {var: os.environ[var] for var in (RUN_DIR_VAR, SLOTS_VAR) if os.environ.get(var)}
+    ours = {var: os.environ[var] for var in (RUN_DIR_VAR, SLOTS_VAR, RECORD_VAR) if os.environ.get(var)}
     if RUN_DIR_VAR in ours:
         ours[RUN_DIR_VAR] = os.path.abspath(ours[RUN_DIR_VAR])
     given = env.get("env_vars", {})

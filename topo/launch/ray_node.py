@@ -22,7 +22,7 @@ from typing import Any
 from torchrl.collectors import Collector
 
 from ..rundir import RUN_DIR_VAR
-from .ray_records import NODE_RUNS, records_dir
+from .ray_records import NODE_RUNS, appended, records_dir
 
 
 class NodeCollector(Collector):
@@ -46,10 +46,12 @@ class NodeCollector(Collector):
                 "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "run_dir": self._topo_run_dir}
 
-    def topo_files(self, known: dict[str, tuple[int, int]], remove: bool = False) -> list[tuple[str, int, int, bytes]]:
+    def topo_files(self, known: dict[str, tuple[int, int]], remove: bool = False) -> list[tuple[str, int, int, bytes, int]]:
         """The files of this node's run directory that ``known`` (relative path -> (mtime_ns, size), what the
-        trainer holds) lacks or holds older, as (relative path, mtime_ns, size, content); ``remove``: then delete
-        the directory (the run is over on this node). Stateless here: an answer the trainer never read loses nothing."""
+        trainer holds) lacks or holds older, as (relative path, mtime_ns, size, content, offset): an append-only
+        record (:func:`~.ray_records.appended`) that grew sends only its new bytes, from ``offset``; any other
+        file whole (offset 0). ``remove``: then delete the directory (the run is over on this node).
+        Stateless here: an answer the trainer never read loses nothing."""
         out = []
         for folder, _, files in os.walk(self._topo_run_dir):
             for name in files:
@@ -61,11 +63,14 @@ class NodeCollector(Collector):
                     st = os.stat(path)
                     if tuple(known.get(rel, ())) == (st.st_mtime_ns, st.st_size):
                         continue
+                    had = tuple(known.get(rel, (0, 0)))[1]
+                    offset = had if appended(rel) and 0 < had <= st.st_size else 0
                     with open(path, "rb") as f:
-                        content = f.read()
+                        f.seek(offset)
+                        content = f.read(st.st_size - offset)
                 except OSError:  # replaced while listed: the next call brings it
                     continue
-                out.append((rel, st.st_mtime_ns, st.st_size, content))
+                out.append((rel, st.st_mtime_ns, st.st_size, content, offset))
         if remove and self._topo_run_dir.startswith(os.path.join(tempfile.gettempdir(), NODE_RUNS)):
             shutil.rmtree(self._topo_run_dir, ignore_errors=True)
         return out

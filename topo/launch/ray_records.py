@@ -14,6 +14,7 @@ import tempfile
 import threading
 from typing import Any
 
+from ..episodes import FOLDER as EPISODES
 from ..errors import LaunchError
 
 PULL_EVERY_S = 2.0
@@ -39,20 +40,35 @@ def records_dir(records: dict[str, Any], node_id: str, host: str) -> str:
     return records["run_dir"]
 
 
-def write_files(run_dir: str, files: list[tuple[str, int, int, bytes]], known: dict[str, tuple[int, int]]) -> int:
-    """Write each (relative path, mtime_ns, size, content) under ``run_dir`` atomically and note it in ``known``;
-    the number written."""
+def appended(rel: str) -> bool:
+    """Whether a record only ever grows (episode records and recorded steps: :mod:`topo.episodes`), so that a
+    pull brings its new bytes only: a days-long run's episode files are not sent again every few seconds."""
+    return rel.startswith(EPISODES + os.sep)
+
+
+def write_files(run_dir: str, files: list[tuple[str, int, int, bytes, int]], known: dict[str, tuple[int, int]]) -> int:
+    """Write each (relative path, mtime_ns, size, content, offset) under ``run_dir`` and note it in ``known``: a
+    whole file (offset 0) atomically, new bytes of an appended record at ``offset`` (a file here of another size
+    is forgotten, so that the next pull brings it whole). The number written."""
     root = os.path.realpath(run_dir)
     n = 0
-    for rel, mtime_ns, size, content in files:
+    for rel, mtime_ns, size, content, offset in files:
         dest = os.path.realpath(os.path.join(root, rel))
         if os.path.commonpath([root, dest]) != root:  # never outside the run directory
             continue
         os.makedirs(os.path.dirname(dest), exist_ok=True)
-        tmp = f"{dest}.pull.tmp"
-        with open(tmp, "wb") as f:
-            f.write(content)
-        os.replace(tmp, dest)
+        if offset:
+            if not os.path.exists(dest) or os.path.getsize(dest) != offset:
+                known.pop(rel, None)
+                continue
+            with open(dest, "r+b") as f:
+                f.seek(offset)
+                f.write(content)
+        else:
+            tmp = f"{dest}.pull.tmp"
+            with open(tmp, "wb") as f:
+                f.write(content)
+            os.replace(tmp, dest)
         known[rel] = (mtime_ns, size)
         n += 1
     return n
