@@ -44,14 +44,22 @@ class LifeWriter:
         self.steps = life_file(run_dir, life, ".steps")
         os.makedirs(os.path.dirname(self.records), exist_ok=True)
         self._stored: set[str] = set()  # blobs already written to this life's file
+        self._last: dict[str, tuple[Any, str]] = {}  # each seed-state part at the last reset, and its digest
         self._records = self._steps = None  # the files, opened at the first write, closed with the process
 
-    def blobs(self, parts: dict[str, bytes]) -> tuple[dict[str, str], dict[str, str]]:
-        """(name -> digest, the blobs not yet written: digest -> base64)."""
+    def blobs(self, parts: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+        """(name -> digest, the blobs not yet written: digest -> base64) of a :func:`seed_state`; a part equal to
+        the previous reset's is not encoded again."""
         refs, new = {}, {}
-        for name, blob in parts.items():
+        for name, value in parts.items():
+            last = self._last.get(name)
+            if last is not None and same(last[0], value):
+                refs[name] = last[1]
+                continue
+            blob = encode(name, value)
             key = hashlib.blake2b(blob, digest_size=16).hexdigest()
             refs[name] = key
+            self._last[name] = (value, key)
             if key not in self._stored:
                 self._stored.add(key)
                 new[key] = base64.b64encode(blob).decode()
@@ -92,6 +100,7 @@ class EpisodeLog:
         self._rewards: list[float] = []
         self._action_keys: list = []
         self._flushed_at = 0.0
+        self._names: dict | None = None  # the env's state attributes (:func:`state_names`), found at its first reset
 
     def install(self, env: EnvBase) -> EnvBase:
         spec = env.full_observation_spec.clone()
@@ -102,7 +111,9 @@ class EpisodeLog:
 
         def _reset(tensordict=None, **kwargs):
             self.finish("reset")
-            state = seed_state(env)
+            if self._names is None:
+                self._names = state_names(env)
+            state = seed_state(env, self._names)
             out = reset(tensordict, **kwargs)
             self.started(env, out, state)
             return out
@@ -115,7 +126,7 @@ class EpisodeLog:
         env._reset, env._step = _reset, _step
         return env
 
-    def started(self, env: EnvBase, out: TensorDictBase, state: dict[str, bytes]) -> None:
+    def started(self, env: EnvBase, out: TensorDictBase, state: dict[str, Any]) -> None:
         if "eval_episode" in out.keys() and int(_scalar(out.get("eval_episode"))) == IDLE:
             self._id = _ids(IDLE, env.batch_size)
         else:
@@ -146,7 +157,7 @@ class EpisodeLog:
                 self.finish("terminated" if terminated is not None and bool(terminated.any()) else "truncated")
         out.set(KEY, self._id)
 
-    def _start(self, env: EnvBase, out: TensorDictBase, state: dict[str, bytes], value: int) -> None:
+    def _start(self, env: EnvBase, out: TensorDictBase, state: dict[str, Any], value: int) -> None:
         refs, new = self.writer.blobs(state)
         init_state = _optional(out, "eval_init_state") if "eval_init_state" in out.keys() else _init_state(env)
         record = {"event": "start", "id": value, "time": time.time(), "seed": self.seed, "state": refs,
@@ -207,12 +218,32 @@ def wrap(env: EnvBase, run_dir: str, worker: dict, seed: int | None, restart: in
 
 # -- the seed state at a reset, and what a step returned ------------------------------------------
 
-def seed_state(env: Any) -> dict[str, bytes]:
-    """What decides an episode's reset besides the env's construction and seed, each part as bytes (no tensor
-    pickled: torch's pickling is slow): the global RNGs, and the env's plain attributes (counters, small
-    tensors) and generators, with the generators of what it wraps. :func:`decode_seed_state` reads it."""
-    return {"torch": torch.get_rng_state().numpy().tobytes(), "numpy": pickle.dumps(np.random.get_state()),
-            "random": pickle.dumps(random.getstate()), "env": pickle.dumps(env_state(env))}
+def seed_state(env: Any, names: dict | None = None) -> dict[str, Any]:
+    """What decides an episode's reset besides the env's construction and seed: the global RNGs, and the env's
+    plain attributes (counters, small tensors) and generators, with the generators of what it wraps (``names``:
+    :func:`state_names` of ``env``, found once). :func:`encode` makes each part bytes."""
+    return {"torch": torch.get_rng_state().numpy(), "numpy": np.random.get_state(), "random": random.getstate(),
+            "env": env_state(env, names=names)}
+
+
+def encode(name: str, value: Any) -> bytes:
+    """A :func:`seed_state` part as bytes (no tensor pickled: torch's pickling is slow)."""
+    return value.tobytes() if name == "torch" else pickle.dumps(value)
+
+
+def same(a: Any, b: Any) -> bool:
+    """Whether two seed-state parts are equal (numpy arrays by value): an unchanged part is not encoded again."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    try:  # plain values and containers of them (random's 625 ints) compare at C speed
+        return type(a) is type(b) and bool(a == b)
+    except (ValueError, RuntimeError):  # a container holding arrays or tensors: part by part
+        pass
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
 
 
 def decode_seed_state(parts: dict[str, bytes]) -> dict[str, Any]:
@@ -222,13 +253,21 @@ def decode_seed_state(parts: dict[str, bytes]) -> dict[str, Any]:
             "env": pickle.loads(parts["env"])}
 
 
-def env_state(env: Any, depth: int = 0) -> dict[str, Any]:
+def state_names(env: Any, depth: int = 0) -> dict[str, Any]:
+    """The attributes :func:`env_state` reads, found once (name -> None, or the names of what it wraps)."""
+    return {name: (state_names(getattr(env, name), depth + 1) if kind == "nested" else None)
+            for name, (kind, _) in env_state(env, depth).items()}
+
+
+def env_state(env: Any, depth: int = 0, names: dict | None = None) -> dict[str, Any]:
     """``{attribute: value}`` of ``env``: its generators, and the plain values and small tensors that its own
     code names (:func:`own_names`: not torchrl's ``EnvBase`` bookkeeping); nested under ``_env``/``env``/
-    ``inner``, the generators of what it wraps (three levels)."""
+    ``inner``, the generators of what it wraps (three levels). ``names`` (:func:`state_names`): read only those."""
     out: dict[str, Any] = {}
     own = own_names(type(env)) if depth == 0 else frozenset()
     attributes = {**vars(env), **(getattr(env, "_buffers", None) or {})}  # a Module keeps tensors as buffers
+    if names is not None:
+        attributes = {name: attributes[name] for name in names if name in attributes}
     for name, value in attributes.items():
         if isinstance(value, torch.Generator):
             out[name] = ("torch.Generator", value.get_state().numpy())
@@ -242,7 +281,7 @@ def env_state(env: Any, depth: int = 0) -> dict[str, Any]:
                 and not value.is_meta and value.dtype != torch.bfloat16:
             out[name] = ("tensor", (value.detach().cpu().numpy().copy(), str(value.device)))
         elif name in _NESTED and depth < 3 and hasattr(value, "__dict__") and not isinstance(value, type):
-            inner = env_state(value, depth + 1)
+            inner = env_state(value, depth + 1, names=None if names is None else names.get(name))
             if inner:
                 out[name] = ("nested", inner)
     return out
