@@ -15,12 +15,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 
+from side_by_side import alternate, timed
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 SPEC = {"version": 1, "name": "toy-2x2-eval", "env": {"backend": "toy", "kwargs": {"success_steps": 4, "state_dim": 8}},
         "topology": {"subcollectors": 2, "workers_per_subcollector": 2},
         "assignment": {"tasks": "0-3", "groups": {"size": 1, "candidate_size": 2}, "seeds": {"base": 0}},
@@ -32,8 +31,6 @@ CASES = ("none", "async")
 
 
 def run_case(case: str, batches: int) -> dict:
-    import torch
-
     import topo
 
     spec = json.loads(json.dumps(SPEC))
@@ -50,29 +47,17 @@ def run_case(case: str, batches: int) -> dict:
     plan = topo.load(f.name)
     os.unlink(f.name)
     policy = plan.make_policy()
-    optim = torch.optim.SGD(policy.parameters(), lr=1e-4)
-    frames, collect_s, rounds = 0, 0.0, 0
     with topo.collector(plan, policy=policy, progress=False) as run:
         if case != "none":
             run.evaluate()  # the eval process is up before timing starts
-        batches_it = iter(run.collector)
-        started = time.perf_counter()
-        for _ in range(batches):
-            t = time.perf_counter()
-            batch = next(batches_it)
-            collect_s += time.perf_counter() - t
-            frames += batch.numel()
-            loss = sum((p ** 2).sum() for p in policy.parameters())
-            optim.zero_grad()
-            loss.backward()
-            optim.step()
-            run.update_weights()
+
+        def keep_one_running():
             if case != "none" and not run.eval.pending:
                 run.evaluate(wait=False)
-        wall = time.perf_counter() - started
+
+        result = timed(run, policy, batches, keep_one_running)
         rounds = len(run.evaluations)
-    return {"case": case, "frames": frames, "wall_s": round(wall, 3), "collect_s": round(collect_s, 3),
-            "frames_per_s": round(frames / wall, 1), "evaluations": rounds}
+    return {"case": case, **result, "evaluations": rounds}
 
 
 def main() -> None:
@@ -85,15 +70,7 @@ def main() -> None:
     if args.case:
         print(json.dumps(run_case(args.case, args.batches)), flush=True)
         return
-    runs: dict[str, list[dict]] = {case: [] for case in CASES}
-    for r in range(args.rounds):
-        for case in CASES:
-            done = subprocess.run([sys.executable, __file__, "--case", case, "--batches", str(args.batches)],
-                                  capture_output=True, text=True, cwd=ROOT, env={**os.environ, "MUJOCO_GL": "egl"})
-            if done.returncode != 0:
-                sys.exit(f"{case} failed:\n{done.stderr[-3000:]}")
-            runs[case].append(json.loads(done.stdout.strip().splitlines()[-1]))
-            print(f"round {r + 1} {case}: {runs[case][-1]}", flush=True)
+    runs = alternate(__file__, CASES, args.rounds, ["--batches", str(args.batches)])
     base = statistics.median(x["frames_per_s"] for x in runs["none"])
     summary = {case: {"frames_per_s_median": statistics.median(x["frames_per_s"] for x in xs),
                       "frames_per_s": [x["frames_per_s"] for x in xs],

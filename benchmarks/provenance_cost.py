@@ -16,13 +16,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
+from side_by_side import alternate, timed
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 TINYVLA = {"factory": "topo.policies.tinyvla:make", "kwargs": {"action_dim": 4, "image_size": 16, "state_dim": 8}}
 SPECS = {
     "toy": {"version": 1, "name": "toy-2x2", "env": {"backend": "toy", "kwargs": {"success_steps": 4, "state_dim": 8}},
@@ -42,7 +41,6 @@ CASES = ("off", "episodes", "actions")
 
 
 def run_case(env: str, case: str, batches: int, episode_steps: int) -> dict:
-    import torch
     import yaml
 
     import topo
@@ -54,31 +52,15 @@ def run_case(env: str, case: str, batches: int, episode_steps: int) -> dict:
     plan = topo.load(f.name)
     os.unlink(f.name)
     policy = plan.make_policy()
-    optim = torch.optim.SGD(policy.parameters(), lr=1e-4)
-    frames, collect_s = 0, 0.0
     with tempfile.TemporaryDirectory() as report:
         with topo.collector(plan, policy=policy, progress=False, report_dir=report,
                             max_frames_per_traj=episode_steps) as run:
-            batches_it = iter(run.collector)
-            next(batches_it)  # the first batch: workers warm
-            started = time.perf_counter()
-            for _ in range(batches):
-                t = time.perf_counter()
-                batch = next(batches_it)
-                collect_s += time.perf_counter() - t
-                frames += batch.numel()
-                loss = sum((p ** 2).sum() for p in policy.parameters())
-                optim.zero_grad()
-                loss.backward()
-                optim.step()
-                run.update_weights()
-            wall = time.perf_counter() - started
+            next(iter(run.collector))  # the first batch: workers warm
+            result = timed(run, policy, batches)
         recorded = run.report["episodes"]
         size = sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(recorded["folder"]) for n in names) \
             if os.path.isdir(recorded["folder"]) else 0
-    return {"case": case, "frames": frames, "wall_s": round(wall, 3), "collect_s": round(collect_s, 3),
-            "frames_per_s": round(frames / wall, 1), "collect_frames_per_s": round(frames / collect_s, 1),
-            "episodes": recorded["recorded"], "bytes_recorded": size}
+    return {"case": case, **result, "episodes": recorded["recorded"], "bytes_recorded": size}
 
 
 def main() -> None:
@@ -95,16 +77,8 @@ def main() -> None:
     if args.case:
         print(json.dumps(run_case(args.env, args.case, batches, steps)), flush=True)
         return
-    runs: dict[str, list[dict]] = {case: [] for case in CASES}
-    for r in range(args.rounds):
-        for case in CASES:
-            done = subprocess.run([sys.executable, __file__, "--env", args.env, "--case", case, "--batches", str(batches),
-                                   "--episode-steps", str(steps)], capture_output=True, text=True, cwd=ROOT,
-                                  env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")})
-            if done.returncode != 0:
-                sys.exit(f"{case} failed:\n{done.stderr[-3000:]}")
-            runs[case].append(json.loads(done.stdout.strip().splitlines()[-1]))
-            print(f"round {r + 1} {case}: {runs[case][-1]}", flush=True)
+    runs = alternate(__file__, CASES, args.rounds, ["--env", args.env, "--batches", str(batches),
+                                                    "--episode-steps", str(steps)])
     base = statistics.median(x["frames_per_s"] for x in runs["off"])
     summary = {case: {"frames_per_s_median": statistics.median(x["frames_per_s"] for x in xs),
                       "frames_per_s": [x["frames_per_s"] for x in xs],
