@@ -193,23 +193,20 @@ def watch(env: Any, run: RunDir, worker: dict) -> None:
             return close(*args, **kwargs)
 
         env.close = closing
-    step, reset = env._step, env._reset
+    env._step = _stamped(stamp, env._step, stamp.end_step)
+    env._reset = _stamped(stamp, env._reset, stamp.end_reset)
 
-    def stepping(*args: Any, **kwargs: Any) -> Any:
+
+def _stamped(stamp: Stamp, call: Any, end: Any) -> Any:
+    """``call`` with ``stamp`` started before it and ``end`` (a step's or a reset's) after it, whatever happens."""
+    def stamped(*args: Any, **kwargs: Any) -> Any:
         stamp.start()
         try:
-            return step(*args, **kwargs)
+            return call(*args, **kwargs)
         finally:
-            stamp.end_step()
+            end()
 
-    def resetting(*args: Any, **kwargs: Any) -> Any:
-        stamp.start()
-        try:
-            return reset(*args, **kwargs)
-        finally:
-            stamp.end_reset()
-
-    env._step, env._reset = stepping, resetting
+    return stamped
 
 
 def _slots(run_dir: str, subcollector: int, restart: int) -> list[tuple] | None:

@@ -166,17 +166,17 @@ def _eval_env(row: dict, found: Episode):
 
 
 class _Memory:
-    """An :class:`~topo.envs.recording.EpisodeLog` writer keeping the records here."""
+    """An :class:`~topo.envs.recording.EpisodeLog` writer keeping the replayed steps here (a replay compares
+    steps: its start and end records are not kept)."""
 
     def __init__(self) -> None:
-        self.records: list[dict] = []
         self.chunks: list[bytes] = []
 
     def blobs(self, parts):
         return {}, {}
 
     def write(self, record: dict) -> None:
-        self.records.append(record)
+        pass
 
     def append_steps(self, blob: bytes) -> tuple[int, int]:
         self.chunks.append(blob)
