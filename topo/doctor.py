@@ -5,7 +5,8 @@ names (in its numbering, CUDA or EGL) and whether this host's EGL and CUDA numbe
 backend's own checks (:meth:`topo.backends.Backend.host_checks`: LIBERO's task files, init states,
 assets and path config), and memory. Anything that may hang or crash (imports, GL, EGL) runs in a
 subprocess with a timeout. Exit 1 when a check fails. Importing this module imports neither torch nor a
-simulator.
+simulator. A plan with ``placement.engine: ray`` is checked on every node of its cluster instead
+(:mod:`topo.doctor_ray`).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Any, Iterable
 
 import click
@@ -36,8 +37,13 @@ GL_TIMEOUT = 60.0
 @click.argument("spec", type=click.Path(exists=True, dir_okay=False, path_type=str))
 @click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Template variable (repeatable).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def doctor(spec, assignments, fmt):
+@click.option("--node-timeout", type=float, default=300.0, show_default=True, metavar="SECONDS",
+              help="placement.engine ray: how long each node of the cluster has to run its checks.")
+def doctor(spec, assignments, fmt, node_timeout):
     """Check that this host can launch SPEC (a spec or a saved plan): imports, GL, render GPUs, files, memory.
+
+    With placement.engine ray, the checks run on every alive node of the plan's cluster instead, each node's
+    memory estimated for the subcollectors the plan places there.
 
     Exit 0 when nothing blocks a launch (warnings allowed), 1 when a check fails, 2 on a bad spec.
     """
@@ -45,6 +51,10 @@ def doctor(spec, assignments, fmt):
     from .load import parse_assignments
 
     plan = resolve(spec, parse_assignments(assignments))
+    if engine(plan) == "ray":
+        from .doctor_ray import doctor_cluster
+
+        sys.exit(doctor_cluster(spec, plan, fmt, node_timeout))
     checks = run_checks(plan)
     failed = any(c.status == FAIL for c in checks)
     if fmt == "json":
@@ -55,9 +65,16 @@ def doctor(spec, assignments, fmt):
 
 
 def run_checks(plan: dict) -> list[Check]:
-    """Every check for ``plan`` on this host; the subprocess probes run concurrently."""
+    """Every check for ``plan`` on this host, memory for the whole launch included."""
+    return [*host_checks(plan), check_memory(plan, _available_gb(), _backend(plan))]
+
+
+def host_checks(plan: dict, subcollectors: Iterable[int] | None = None) -> list[Check]:
+    """The checks of this host for ``plan`` but memory, render devices for the workers of ``subcollectors``
+    (None: all); the subprocess probes run concurrently."""
     backend = _backend(plan)
-    gpus = sorted({w["render_gpu"] for sub in plan["subcollectors"] for w in sub["workers"]} - {None})
+    subs = plan["subcollectors"] if subcollectors is None else [plan["subcollectors"][i] for i in subcollectors]
+    gpus = sorted({w["render_gpu"] for sub in subs for w in sub["workers"]} - {None})
     probes = {"imports": _start("imports", [plan["env"]["backend"], plan["env"]["builder"], *_factory_modules(plan)]),
               "torchrl": _start("torchrl", list(_features(plan)))}
     if backend is not None and backend.uses_gl(plan["env"]["kwargs"]):
@@ -80,12 +97,6 @@ def run_checks(plan: dict) -> list[Check]:
         checks.append(check_numbering((results.get("egl") or {}).get("devices"), cuda, numbering, gpus))
     if backend is not None:
         checks.extend(backend.host_checks(plan, results["imports"].get("facts") or {}))
-    if engine(plan) == "local":
-        checks.append(check_memory(plan, _available_gb(), backend))
-    else:  # this host only drives the cluster: its GPUs do not decide
-        checks = [replace(c, status=WARN) if c.name == "render-gpus" and c.status == FAIL else c for c in checks]
-        checks.append(Check("placement", WARN, f"engine {engine(plan)}: workers run on the cluster's nodes, these checks ran "
-                            "on this host (memory not estimated)", "run `topo doctor` on a node of each kind too"))
     return checks
 
 
@@ -257,14 +268,23 @@ def _software(renderer: str | None) -> bool:
 
 
 def check_memory(plan: dict, available_gb: float, backend: Backend | None) -> Check:
-    """Estimated peak memory of the whole launch against what this host has available now."""
-    per_worker = (backend.memory_per_worker_gb if backend else None) or PROCESS_GB
+    """Estimated peak memory of the whole launch (its workers, a collector process per subcollector and the
+    top one) against what this host has available now."""
     workers = sum(sub["num_workers"] for sub in plan["subcollectors"])
-    subs = len(plan["subcollectors"])
-    need = workers * per_worker + (subs + 1) * PROCESS_GB
-    detail = (f"~{need:.1f} GB needed ({workers} workers x {per_worker:.1f} GB + {subs + 1} collector processes "
-              f"x {PROCESS_GB:.1f} GB), {available_gb:.1f} GB available")
-    fits = int((available_gb - (subs + 1) * PROCESS_GB) // per_worker)
+    return estimate_memory(workers, len(plan["subcollectors"]) + 1, worker_gb(backend), available_gb)
+
+
+def worker_gb(backend: Backend | None) -> float:
+    """One env worker's estimated memory: the backend's, else a torch + torchrl process's."""
+    return (backend.memory_per_worker_gb if backend else None) or PROCESS_GB
+
+
+def estimate_memory(workers: int, processes: int, per_worker: float, available_gb: float, note: str = "") -> Check:
+    """``workers`` env workers and ``processes`` collector processes against ``available_gb``; ``note`` ends the detail."""
+    need = workers * per_worker + processes * PROCESS_GB
+    detail = (f"~{need:.1f} GB needed ({workers} workers x {per_worker:.1f} GB + {processes} collector processes "
+              f"x {PROCESS_GB:.1f} GB), {available_gb:.1f} GB available{note}")
+    fits = int((available_gb - processes * PROCESS_GB) // per_worker)
     if need > available_gb:
         return Check("memory", FAIL, detail, f"this host fits about {max(fits, 0)} workers: fewer workers, or a "
                      "bigger host (the launch would swap or be OOM-killed)")
@@ -403,13 +423,24 @@ def _factory_modules(plan: dict) -> Iterable[str]:
 
 def render_text(spec: str, plan: dict, checks: list[Check]) -> str:
     workers = "+".join(str(sub["num_workers"]) for sub in plan["subcollectors"])
-    lines = [f"topo doctor {spec}: backend {plan['env']['backend']}, workers {workers}"]
-    width = max(len(c.name) for c in checks)
+    lines = [f"topo doctor {spec}: backend {plan['env']['backend']}, workers {workers}",
+             *check_lines(checks, max(len(c.name) for c in checks)),
+             summary(checks, "ready to launch", "cannot launch here")]
+    return "\n".join(lines) + "\n"
+
+
+def check_lines(checks: list[Check], width: int) -> list[str]:
+    """One line per check (status, name padded to ``width``, detail), and its hint unless it passed."""
+    lines = []
     for c in checks:
         lines.append(f"{c.status:<4}  {c.name:<{width}}  {c.detail}")
         if c.hint and c.status != OK:
             lines.append(f"{'':<4}  {'':<{width}}  hint: {c.hint}")
+    return lines
+
+
+def summary(checks: list[Check], ready: str, blocked: str) -> str:
+    """``blocked`` when a check failed, else ``ready``, then the count of each status."""
     counts = {s: sum(c.status == s for c in checks) for s in (OK, WARN, FAIL)}
-    verdict = "cannot launch here" if counts[FAIL] else "ready to launch"
-    lines.append(f"{verdict}: {counts[OK]} ok, {counts[WARN]} warning(s), {counts[FAIL]} failure(s)")
-    return "\n".join(lines) + "\n"
+    verdict = blocked if counts[FAIL] else ready
+    return f"{verdict}: {counts[OK]} ok, {counts[WARN]} warning(s), {counts[FAIL]} failure(s)"

@@ -192,6 +192,22 @@ def test_run_checks_on_a_host_whose_orders_differ(monkeypatch):
     assert numbering.status == WARN and "EGL shows 1 of the 4 CUDA device(s)" in numbering.detail
 
 
+def test_host_checks_on_a_node_check_the_render_gpus_of_its_subcollectors_only(monkeypatch):
+    """``topo doctor`` on a Ray node: the render GPUs of the subcollectors the plan puts there, no memory check."""
+    results = {"imports": {"versions": {}, "facts": {"paths": {}}}, "gl": {"gl": "egl", "renderer": "NVIDIA H200"},
+               "egl": {"devices": [0, 1, 2, 3]}, "torchrl": {"version": "0.14.1", "tested": "the full suite",
+                                                            "error": None, "missing": {}}}
+    monkeypatch.setattr(doctor, "_start", lambda kind, args=(), env=None: kind)
+    monkeypatch.setattr(doctor, "_finish", lambda kind, timeout: results[kind])
+    monkeypatch.setattr(doctor, "_nvidia_gpus", lambda: FOUR)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    plan = compile_dict(recipe_like({"render_gpus": [2, 3]}, subs=2))
+    node = {c.name: c for c in doctor.host_checks(plan, [1])}
+    assert "memory" not in node and node["render-gpus"].status == OK
+    assert node["render-gpus"].detail.startswith("CUDA 3 -> EGL 3 (") and "CUDA 2" not in node["render-gpus"].detail
+    assert "CUDA 2 -> EGL 2" in {c.name: c for c in doctor.host_checks(plan)}["render-gpus"].detail
+
+
 # --- the launch report's render line -----------------------------------------------------------------
 
 def report(*devices):

@@ -40,7 +40,7 @@ def compare(plan: dict[str, Any], actors: list[dict], node_totals: dict[str, dic
                      "actual": {"node_id": actor["node_id"], "hostname": actor["hostname"], "pid": actor["pid"],
                                 "held": held, "gpu_ids": gpus, "cuda_visible_devices": visible,
                                 "run_dir": actor["run_dir"],
-                                "node_custom": sorted(k for k in totals if not _builtin(k))},
+                                "node_custom": sorted(custom_resources(totals))},
                      "problems": problems})
     return rows
 
@@ -66,6 +66,11 @@ def describe(rows: list[dict[str, Any]]) -> list[str]:
         out.append(f"    sub{row['subcollector']}: planned {asked}{where} -> node {actual['node_id'][:12]} on "
                    f"{actual['hostname']}, pid {actual['pid']}, gpus {actual['gpu_ids'] or 'none'} [{status}]")
     return out
+
+
+def custom_resources(totals: dict[str, float]) -> dict[str, float]:
+    """A node's own resources (``--resources``) among its ``ray.nodes()`` totals: not CPU, GPU, memory or Ray's node tags."""
+    return {name: amount for name, amount in totals.items() if not _builtin(name)}
 
 
 def _builtin(name: str) -> bool:
