@@ -16,7 +16,7 @@ from .errors import Interrupted, SpecError, TopoError
 LAZY_COMMANDS = {
     "launch": "topo.launch.command:launch",
     "eval": "topo.launch.command:evaluate",
-    "doctor": "topo.doctor:doctor",
+    "doctor": "topo.doctor_command:doctor",
     "bench": "topo.bench.command:bench",
     "import": "topo.importers.command:import_",
     "runs": "topo.runs:runs",

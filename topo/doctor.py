@@ -14,16 +14,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-from dataclasses import asdict
 from typing import Any, Iterable
 
-import click
 
 from . import child
 from .backends import Backend, available, get_backend
 from .checks import FAIL, OK, WARN, Check
-from .plan import engine
 
 #: a process that imports torch + torchrl holds ~0.37 GB (measured): a collector, or a worker whose
 #: backend states no ``memory_per_worker_gb``
@@ -31,37 +27,6 @@ PROCESS_GB = 0.4
 PROBE_MARK = "TOPO-PROBE "
 IMPORT_TIMEOUT = 180.0
 GL_TIMEOUT = 60.0
-
-
-@click.command()
-@click.argument("spec", type=click.Path(exists=True, dir_okay=False, path_type=str))
-@click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Template variable (repeatable).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--node-timeout", type=float, default=300.0, show_default=True, metavar="SECONDS",
-              help="placement.engine ray: how long each node of the cluster has to run its checks.")
-def doctor(spec, assignments, fmt, node_timeout):
-    """Check that this host can launch SPEC (a spec or a saved plan): imports, GL, render GPUs, files, memory.
-
-    With placement.engine ray, the checks run on every alive node of the plan's cluster instead, each node's
-    memory estimated for the subcollectors the plan places there.
-
-    Exit 0 when nothing blocks a launch (warnings allowed), 1 when a check fails, 2 on a bad spec.
-    """
-    from .launch.plans import resolve
-    from .load import parse_assignments
-
-    plan = resolve(spec, parse_assignments(assignments))
-    if engine(plan) == "ray":
-        from .doctor_ray import doctor_cluster
-
-        sys.exit(doctor_cluster(spec, plan, fmt, node_timeout))
-    checks = run_checks(plan)
-    failed = any(c.status == FAIL for c in checks)
-    if fmt == "json":
-        click.echo(json.dumps({"spec": spec, "ok": not failed, "checks": [asdict(c) for c in checks]}, indent=1))
-    else:
-        click.echo(render_text(spec, plan, checks), nl=False)
-    sys.exit(1 if failed else 0)
 
 
 def run_checks(plan: dict) -> list[Check]:

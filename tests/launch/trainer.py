@@ -28,12 +28,21 @@ def process_state() -> dict:
             "topo_env": sorted(k for k in os.environ if k.startswith("TOPO_")), "mujoco_gl": os.environ.get("MUJOCO_GL")}
 
 
-def worker_pid(run, subcollector: int, index: int) -> int:
+def worker_pid(run, subcollector: int, index: int, wait: float = 10.0) -> int:
+    """The pid of env worker ``index`` of ``subcollector``, in its subcollector's latest start (under Ray, per-node
+    records reach the trainer within seconds: waits for them up to ``wait``)."""
     from topo.rundir import RunDir
 
-    (pid,) = [m["pid"] for m in RunDir(run.run_dir).read_all("markers")
-              if m["name"] == "started" and m["worker"] == {**m["worker"], "subcollector": subcollector, "index": index}]
-    return pid
+    restart = run.state.subcollectors[subcollector].restart
+    deadline = time.monotonic() + wait
+    while True:
+        pids = [m["pid"] for m in RunDir(run.run_dir).read_all("markers") if m["name"] == "started"
+                and m["worker"] == {**m["worker"], "subcollector": subcollector, "index": index}
+                and m.get("restart", 0) == restart]
+        if pids or time.monotonic() > deadline:
+            (pid,) = pids
+            return pid
+        time.sleep(0.2)
 
 
 def rows_seen(batch) -> list[list[dict]]:
@@ -55,6 +64,9 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--report")
     parser.add_argument("--restarts", type=int, default=0, help="launch.restarts max")
+    parser.add_argument("--hang-timeout", type=float, default=None, help="launch.hang_timeout")
+    parser.add_argument("--stop-at", type=int, default=None,
+                        help="SIGSTOP env worker 0 of subcollector 1 after this iteration (a hang)")
     parser.add_argument("--record-actions", action="store_true", help="launch.record_actions: true")
     parser.add_argument("--max-frames-per-traj", type=int, default=None, help="the collector's episode length bound")
     parser.add_argument("--torchrl-without-restarts", action="store_true",
@@ -84,6 +96,8 @@ def main() -> None:
     plan["policy"] = {"factory": "topo.policies.tinyvla:make", "kwargs": kwargs, "placement": args.placement,
                       "device": None, "weight_sync": args.weight_sync}
     plan["launch"]["restarts"] = {"max": args.restarts, "window": None}
+    if args.hang_timeout is not None:
+        plan["launch"]["hang_timeout"] = args.hang_timeout
     if args.record_actions:
         plan["launch"]["record_actions"] = True
     extra = {} if args.max_frames_per_traj is None else {"max_frames_per_traj": args.max_frames_per_traj}
@@ -111,6 +125,10 @@ def main() -> None:
                     victim = worker_pid(run, 1, 1)
                     os.kill(victim, signal.SIGKILL)
                     emit(event="killed", pid=victim)
+                if i == args.stop_at:
+                    victim = worker_pid(run, 1, 0)
+                    os.kill(victim, signal.SIGSTOP)
+                    emit(event="stopped", pid=victim)
                 if args.then == "kill-subcollector-then-update":
                     deadline = time.monotonic() + 10  # Ray, per-node records: known once the monitor read the pull
                     while run.state.subcollectors[args.victim].pid is None and time.monotonic() < deadline:

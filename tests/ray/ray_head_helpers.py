@@ -5,6 +5,7 @@ Not ``ray stop``: that ends every Ray process of this user on the machine, not o
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 
@@ -95,6 +97,23 @@ class RayNode(RayHead):
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=ENV, cwd=self.temp_dir,
                 start_new_session=True)
         self.wait_for(f"/{next(iter(resources.values())):g}.0 {next(iter(resources))}", timeout)
+
+
+@contextlib.contextmanager
+def two_nodes() -> Iterator[tuple[RayHead, RayNode]]:
+    """A head holding custom resource ``node_a`` and a second node holding ``node_b`` (2 CPUs each), both stopped
+    at the end, whatever happened to them meanwhile."""
+    head = RayHead(cpus=2, resources={"node_a": 1})
+    try:
+        node = RayNode(head, {"node_b": 1}, cpus=2)
+    except BaseException:
+        head.stop()
+        raise
+    try:
+        yield head, node
+    finally:
+        node.stop()
+        head.stop()
 
 
 def status(address: str) -> str:

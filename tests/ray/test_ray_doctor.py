@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.ray.ray_head_helpers import ENV, RayHead, RayNode, free_port
+from tests.ray.ray_head_helpers import ENV, free_port, two_nodes
 from tests.ray.test_ray_launch import needs_ray
 from tests.ray.test_ray_training import two_node_spec
 
@@ -22,17 +22,8 @@ HANG_GUARD_S = 300
 
 @pytest.fixture(scope="module")
 def cluster():
-    head = RayHead(cpus=2, resources={"node_a": 1})
-    try:
-        node = RayNode(head, {"node_b": 1}, cpus=2)
-    except BaseException:
-        head.stop()
-        raise
-    try:
+    with two_nodes() as (head, _):
         yield head
-    finally:
-        node.stop()
-        head.stop()
 
 
 def doctor(tmp_path: Path, spec: dict, *args: str) -> subprocess.CompletedProcess:

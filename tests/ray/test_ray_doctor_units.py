@@ -9,7 +9,7 @@ import yaml
 
 import topo.doctor_ray as doctor_ray
 from topo.checks import FAIL, OK, WARN, Check
-from topo.doctor import doctor
+from topo.doctor_command import doctor
 from topo.doctor_ray import NodeReport, check_node_memory, check_placement, held, render_text
 
 from tests.compiler.compiler_helpers import compile_dict

@@ -26,7 +26,7 @@ from topo.episodes import Episodes
 from topo.launch.ray_records import NODE_RUNS
 from topo.rundir import RunDir
 
-from tests.ray.ray_head_helpers import ENV, RayHead, RayNode
+from tests.ray.ray_head_helpers import ENV, two_nodes
 from tests.ray.test_ray_launch import alive, needs_ray
 
 pytestmark = [pytest.mark.slow, needs_ray]
@@ -54,17 +54,8 @@ def two_node_spec(address: str) -> dict:
 
 @pytest.fixture(scope="module")
 def cluster():
-    head = RayHead(cpus=2, resources={"node_a": 1})
-    try:
-        node = RayNode(head, {"node_b": 1}, cpus=2)
-    except BaseException:
-        head.stop()
-        raise
-    try:
+    with two_nodes() as (head, _):
         yield head
-    finally:
-        node.stop()
-        head.stop()
 
 
 def start_trainer(tmp: Path, address: str, name: str, *args: str) -> subprocess.Popen:
@@ -226,3 +217,90 @@ def test_an_actor_killed_on_node_b_is_named_and_the_run_torn_down(cluster, tmp_p
     # node_a's directory was pulled and removed at shutdown; node_b's, its only actor dead, stays on its disk
     assert node_dirs(s["run_dir"]) == [s["actors"][1]["actual"]["run_dir"]]
     shutil.rmtree(s["actors"][1]["actual"]["run_dir"])
+
+
+def _pgid(p: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(p.pid)
+    except OSError:
+        return None
+
+
+def run_trainer(tmp: Path, address: str, name: str, *args: str, on_event=None) -> tuple[list[dict], dict]:
+    """A trainer run to its end: its events and its report; ``on_event(event)`` sees each event as it comes."""
+    proc = start_trainer(tmp, address, name, *args)
+    events = []
+    try:
+        for event in events_of(proc.stdout):
+            events.append(event)
+            if on_event is not None:
+                on_event(event)
+        proc.wait(HANG_GUARD_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    stderr = proc.stderr.read()
+    assert proc.returncode == 0, stderr[-3000:]
+    (after,) = [e for e in events if e["event"] == "after"]
+    return events, after["report"]
+
+
+def test_env_workers_killed_or_hung_on_node_b_are_restarted_from_their_plan_rows(cluster, tmp_path):
+    """kill -9 of env worker 1 of subcollector 1 (node_b), then a SIGSTOP of worker 0 of its restart: each time the
+    actor names the worker (dead; hung past hang_timeout, which it SIGKILLs), and its actor is made again on node_b
+    with the same rows and the restart's seeds, starting from the weights pushed last; the loop gets every batch."""
+    events, s = run_trainer(tmp_path, cluster.address, "restart", "--then", "kill-worker", "--restarts", "2",
+                            "--hang-timeout", "5", "--stop-at", "2", "--iterations", "5")
+    assert [e for e in events if e["event"] == "launch-error"] == []
+    batches = [e for e in events if e["event"] == "batch"]
+    assert [b["versions"] for b in batches] == [[v] for v in range(5)]  # restarted copies act with the pushed weights
+    assert max(b["diff"] for b in batches) < 1e-5
+    (killed,) = [e["pid"] for e in events if e["event"] == "killed"]
+    (stopped,) = [e["pid"] for e in events if e["event"] == "stopped"]
+    first, second = s["restarts"]
+    assert [(r["subcollector"], r["restart"]) for r in (first, second)] == [(1, 1), (1, 2)]
+    assert (first["cause"]["kind"], first["cause"]["worker"], first["cause"]["pid"], first["row"]["global_index"]) == (
+        "worker-died", 1, killed, 3)
+    node_b = s["actors"][1]["actual"]["node_id"][:12]
+    assert first["cause"]["how"] == "killed by SIGKILL" and f"pid {killed} on " in first["cause"]["message"]
+    assert f"(node {node_b})" in first["cause"]["message"]  # named by node_b's actor, not by a pid watched here
+    assert (second["cause"]["kind"], second["cause"]["worker"], second["cause"]["pid"], second["row"]["global_index"]) \
+        == ("worker-hung", 0, stopped, 2)
+    assert "hang_timeout 5s" in second["cause"]["message"] and "its actor killed it" in second["cause"]["message"]
+    assert first["seeds"] == {"planned": [106, 107], "applied": [106, 107]}  # seed + restart x 4 workers
+    assert second["seeds"] == {"planned": [110, 111], "applied": [110, 111]}
+    assert second["outcome"] == "collecting"
+    for r in (first, second):
+        assert r["started"]["subcollector"] not in (None, r["replaced"]["subcollector"])
+        assert not set(r["started"]["workers"]) & set(r["replaced"]["workers"])
+    assert killed in first["replaced"]["workers"] and stopped in second["replaced"]["workers"]
+    actor = s["actors"][1]
+    assert actor["actual"]["pid"] == second["started"]["subcollector"] and actor["planned"]["custom"] == {"node_b": 1}
+    assert actor["problems"] == [] and actor["restart"] == 2
+    assert s["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 8}
+    assert s["seeds"]["mismatches"] == [] and s["processes"]["alive_after"] == []
+
+
+def test_a_lost_node_is_named_with_its_actors_and_plan_rows(tmp_path):
+    """node_b's raylet killed mid-run: the run fails (exit 1) naming the node, its actor and plan rows (no node
+    left can hold what the plan pins there), and leaves nothing on the node that is still up."""
+    with two_nodes() as (head, node):
+        raylets = [p for p in psutil.process_iter(["name"]) if p.info["name"] == "raylet" and _pgid(p) == node.proc.pid]
+        assert len(raylets) == 1
+
+        def kill_raylet(event):
+            if event["event"] == "batch" and event["iteration"] == 0:
+                raylets[0].kill()
+
+        events, s = run_trainer(tmp_path, head.address, "lost", "--restarts", "1", "--iterations", "1000",
+                                on_event=kill_raylet)
+    (error,) = [e for e in events if e["event"] == "launch-error"]
+    assert (error["subcollector"], error["exit_code"]) == (1, 1)
+    node_b = s["actors"][1]["actual"]
+    assert error["message"].startswith(f"node {node_b['hostname']} (node {node_b['node_id'][:12]}) was lost: it held "
+                                       "subcollector 1's actor, env workers [2, 3] (global indices)"), error["message"]
+    assert s["exit_code"] == 1 and s["error"]["subcollector"] == 1
+    assert len([e for e in events if e["event"] == "batch"]) < 1000
+    assert of_run(s["run_dir"]) == []
+    for directory in node_dirs(s["run_dir"]):
+        shutil.rmtree(directory)

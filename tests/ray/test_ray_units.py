@@ -123,8 +123,8 @@ def test_a_dead_actor_is_named_with_its_node_and_plan_rows(monkeypatch):
     from topo.launch.ray_collector import RayTopology
 
     actors = [SimpleNamespace(_actor_id=SimpleNamespace(hex=lambda i=i: f"actor{i}")) for i in range(2)]
-    topology = RayTopology(SimpleNamespace(remote_collectors=actors), -1,
-                           [[{"global_index": 0}, {"global_index": 1}], [{"global_index": 2}, {"global_index": 3}]])
+    topology = RayTopology(SimpleNamespace(remote_collectors=actors), {"collector": {"total_frames": -1}, "subcollectors": [
+        {"workers": [{"global_index": 0}, {"global_index": 1}]}, {"workers": [{"global_index": 2}, {"global_index": 3}]}]})
     topology.actor_placement = [{"actual": actor("a", {})}, {"actual": actor("b", {})}]
     err = topology.lost(exceptions.RayActorError(actor_id="actor1", error_msg="The actor died because its node has died."))
     assert err.subcollector == 1 and err.exit_code == 1
@@ -150,3 +150,60 @@ def test_records_go_to_the_node_or_to_a_shared_directory_this_node_must_see(tmp_
     assert err.value.subcollector == 1
     assert str(err.value).startswith("placement.run_dir is 'shared' but the run directory /not/mounted/here is not "
                                      "visible on node host-b (bbbbbbbbbbbb)")
+
+
+def test_what_ray_raises_is_named_as_the_worker_the_actor_or_the_node_it_was(tmp_path, monkeypatch):
+    """Across hosts only the actor sees its env workers' pids: its error names them; a dead actor is named with
+    its node when the node is up, and a node the cluster lost with every actor it held."""
+    exceptions = pytest.importorskip("ray.exceptions")
+    from types import SimpleNamespace
+
+    from tests.ray.test_ray_launch import toy_ray_spec
+    from topo.launch import ray_collector
+    from topo.launch.ray_node import EnvWorkersDied
+    from topo.launch.state import RunState
+    from topo.rundir import RunDir
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(toy_ray_spec("127.0.0.1:1")))
+    compiled = topo.compile_spec(str(path))
+    topology = ray_collector.RayTopology(SimpleNamespace(remote_collectors=[]), compiled)
+    topology.recovery = SimpleNamespace(state=RunState(compiled, RunDir(str(tmp_path)), 0.0))
+    topology.actor_placement = [{"actual": actor("b", {})}, {"actual": actor("b", {})}]
+    died = exceptions.RayTaskError("next", "trace", EnvWorkersDied.of([(1, 4242, -9)], "EOFError: ", {}))
+    found = topology._failure(1, died)
+    assert (found.kind, found.subcollector, found.worker, found.row["global_index"], found.pid) == ("worker-died", 1, 1, 3, 4242)
+    assert found.message == ("env worker died while collecting without a traceback (killed by SIGKILL, pid 4242 on "
+                             "host-b (node bbbbbbbb))") and found.restartable
+    monkeypatch.setattr(ray_collector, "_node_alive", lambda node: True)
+    found = topology._failure(0, exceptions.RayTaskError("next", "Traceback ...\nValueError: bad shape",
+                                                         ValueError("bad shape")))
+    assert (found.kind, found.subcollector, found.restartable) == ("subcollector-failed", 0, True)
+    assert found.message == "subcollector 0's Ray actor failed on host-b (node bbbbbbbb): bad shape"
+    found = topology._failure(1, exceptions.RayActorError(error_msg="killed by ray.kill"))
+    assert (found.kind, found.restartable) == ("subcollector-died", True)
+    assert found.message == ("subcollector 1's Ray actor died on host-b (node bbbbbbbb), with env workers [2, 3] (global "
+                             "indices): killed by ray.kill")
+    monkeypatch.setattr(ray_collector, "_node_alive", lambda node: False)
+    monkeypatch.setattr(ray_collector, "_placeable", lambda plan, c: True)  # another node has its resources
+    found = topology._failure(1, exceptions.RayActorError(error_msg="gone"))
+    assert (found.kind, found.restartable) == ("subcollector-died", True) and found.message.endswith(
+        "its node left the cluster (another can hold it)")
+    monkeypatch.setattr(ray_collector, "_placeable", lambda plan, c: False)
+    found = topology._failure(1, exceptions.RayActorError(error_msg="gone"))
+    assert (found.kind, found.subcollector, found.restartable) == ("node-lost", 1, False)
+    assert found.message.startswith("node host-b (node bbbbbbbb) was lost: it held subcollector 0's actor, env workers "
+                                    "[0, 1]; subcollector 1's actor, env workers [2, 3] (global indices)")
+
+
+def test_an_actor_blames_the_env_worker_its_rollout_waits_on():
+    from topo.launch.ray_node import hung
+
+    now = 100.0
+    owed = (90.0, 80.0)  # asked at 90, last delivered at 80
+    assert hung([owed, (95.0, 95.1), (95.0, 95.1)], [7, 7], 5, now) is None  # stepped 4.9 s ago: not yet
+    assert hung([owed, (89.0, 89.1), (89.0, 89.1)], [7, 7], 5, now) == {}  # no worker behind: the actor itself hangs
+    assert hung([owed, (89.0, 89.1), (88.0, 88.1)], [7, 6], 5, now) == {1: 10.0}  # stopped before its step, asked 10 s ago
+    assert hung([owed, (93.0, 89.1), (89.0, 89.1)], [7, 7], 5, now) == {0: 7.0}  # in a step for 7 s
+    assert hung([owed, (97.0, 89.1), (89.0, 89.1)], [7, 7], 5, now) is None  # in a step for 3 s: stepping
+    assert hung([(80.0, 90.0), (89.0, 89.1), (88.0, 88.1)], [7, 6], 5, now) is None  # nothing owed

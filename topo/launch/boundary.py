@@ -25,9 +25,10 @@ TESTED = {"0.14.1": "the full suite", "2026.10.27": "torchrl-nightly: scripts/to
 MINIMUM = (0, 14)  # the multi collectors, worker metadata and the weight-sync schemes topo drives
 #: what a feature does when its names are missing: refuse the run, or run without it and warn
 DROPPABLE = {"restarts": "restarts and subcollector hang detection are off (a failure ends the run)",
+             "ray-restarts": "restarts of Ray actors are off (a failure ends the run)",
              "replay-buffer-check": "a replay buffer whose storage would make torchrl build an env in the trainer "
                                     "is no longer refused"}
-FEATURES = ("collector", "restarts", "policy-server", "replay-buffer-check", "libero")
+FEATURES = ("collector", "restarts", "ray-restarts", "policy-server", "replay-buffer-check", "libero")
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,13 @@ NAMES: tuple[Name, ...] = (
                                    "_strategy", "model_id")),
     Name("restarts", "torchrl.weight_update", "MultiProcessWeightSyncScheme.prepare_weights",
          "a restarted subcollector's first weights"),
+    Name("ray-restarts", "torchrl.collectors.distributed.ray", "RayCollector", "a subcollector's actor made again "
+         "as torchrl made it, in its place; the weight-sync scheme replaced", kind="source",
+         members=("self._remote_collectors", "self._weight_sync_schemes", "def _make_collector")),
+    Name("ray-restarts", "torchrl.weight_update", "RayWeightSyncScheme._copy_uninitialized",
+         "a new weight-sync group once an actor is replaced"),
+    Name("ray-restarts", "torchrl.envs", "ParallelEnv", "an actor names its env workers that died", kind="source",
+         members=("self._workers",)),
     Name("policy-server", "torchrl.modules.inference_server", "ProcessInferenceServer", "policy.placement: server"),
     Name("policy-server", "torchrl.modules.inference_server", "PolicyClientModule", "each subcollector's client"),
     Name("policy-server", "torchrl.modules.inference_server", "MPTransport", "the server's transport"),
@@ -183,7 +191,7 @@ def features_of(plan: dict[str, Any], policy_placement: str | None) -> tuple[str
     needed = ["collector"]
     launch = plan["launch"]
     if (launch.get("restarts") or {}).get("max") or launch.get("hang_timeout") is not None or launch.get("recycle"):
-        needed.append("restarts")
+        needed.append("ray-restarts" if (plan.get("placement") or {}).get("engine") == "ray" else "restarts")
     if policy_placement == "server":
         needed.append("policy-server")
     if any(row["kwargs"].get("backend") == "libero" for sub in plan["subcollectors"] for row in sub["workers"]):
@@ -296,3 +304,36 @@ def storage_builds_env_in_trainer(rb) -> bool:
     """Whether torchrl would initialise ``rb``'s storage by building subcollector 0's env in the caller."""
     storage = getattr(rb, "_storage", None)
     return storage is not None and not getattr(storage, "initialized", True) and not getattr(storage, "shared_init", False)
+
+
+def env_worker_processes(env) -> list:
+    """The worker processes of a ``ParallelEnv`` (empty for any other env, or before they start)."""
+    return list(getattr(env, "_workers", None) or [])
+
+
+def dead_env_workers(env) -> list[tuple[int, int, int | None]]:
+    """``(index, pid, exitcode)`` of each worker of a ``ParallelEnv`` that died; not those torchrl ended and closed
+    once it found one dead (``_check_for_faulty_process``: their process objects are closed)."""
+    out = []
+    for index, proc in enumerate(env_worker_processes(env)):
+        try:
+            if not proc.is_alive():
+                out.append((index, proc.pid, proc.exitcode))
+        except ValueError:  # closed by torchrl
+            continue
+    return out
+
+
+def ray_remote_collectors(collector) -> list:
+    """The list a ``RayCollector`` keeps its actors in (replacing an item replaces that subcollector's actor)."""
+    return collector._remote_collectors
+
+
+def ray_new_weight_scheme(scheme):
+    """A ``RayWeightSyncScheme`` configured as ``scheme``, without its connection (a new gloo group to form)."""
+    return scheme._copy_uninitialized()
+
+
+def set_weight_scheme(collector, scheme) -> None:
+    """Make ``scheme`` the collector's weight-sync scheme for the policy."""
+    collector._weight_sync_schemes["policy"] = scheme

@@ -36,7 +36,7 @@ def engine_for(plan: dict[str, Any], *, restarts: bool = True) -> Engine:
     if engine(plan) == "ray":
         from .ray_collector import RayEngine
 
-        return RayEngine()
+        return RayEngine(restarts=restarts)
     from .local import LocalEngine
 
     return LocalEngine(restarts=restarts)

@@ -37,6 +37,7 @@ class Failure:
     how: str | None = None  # "killed by SIGKILL", "exit code 3"
     traceback: str | None = None
     restart: int = 0  # the start of the subcollector it happened in (0: the first)
+    host: str | None = None  # where ``pid`` runs, when not on this host (a Ray actor's node)
 
     @property
     def restartable(self) -> bool:
@@ -55,7 +56,7 @@ class Failure:
         return out
 
 
-KINDS = (*_RANK, "startup-timeout", "collector-error")
+KINDS = (*_RANK, "startup-timeout", "collector-error", "node-lost")
 
 
 def decide(state: RunState, until: float | None = None) -> Failure | None:
@@ -144,6 +145,46 @@ def subcollector_failed(index: int, restart: int, pid: int | None, message: str,
     """A restarted subcollector reported an error that no record of its processes explains."""
     return Failure("subcollector-failed", f"subcollector failed to start{_in(restart)}: {message}", None, index,
                    pid=pid, traceback=traceback, restart=restart)
+
+
+def remote_worker_died(state: RunState, index: int, worker: int, pid: int | None, how: str | None, where: str,
+                       host: str, at: float, hung_s: float | None = None) -> Failure:
+    """An env worker of a Ray actor died, as the actor saw it (its pid is on ``host``, the actor's node ``where``);
+    ``hung_s``: the actor's watch SIGKILLed it, its step not returned for that long (``launch.hang_timeout``)."""
+    w = state.workers[(index, worker)]
+    if hung_s is not None:
+        timeout = state.plan["launch"].get("hang_timeout")
+        return Failure("worker-hung", f"env worker hung while collecting: the rollout had waited on its step for {hung_s:.1f}s "
+                       f"(hang_timeout {timeout:g}s, pid {pid} on {where}); its actor killed it", at, index, worker,
+                       w.row, pid, how=how, restart=w.restart, host=host)
+    return Failure("worker-died", f"env worker died while collecting without a traceback ({how or 'exit status unknown'}, "
+                   f"pid {pid} on {where})", at, index, worker, w.row, pid, how=how, restart=w.restart, host=host)
+
+
+def actor_died(state: RunState, index: int, reason: str, where: str, at: float) -> Failure:
+    """The Ray actor of subcollector ``index`` died on a node that is still there."""
+    sub = state.subcollectors[index]
+    return Failure("subcollector-died", f"subcollector {index}'s Ray actor died{_in(sub.restart)} on {where}, with "
+                   f"env workers {_globals(state, index)} (global indices): {reason}", at, index, restart=sub.restart)
+
+
+def actor_failed(state: RunState, index: int, message: str, traceback: str | None, where: str, at: float) -> Failure:
+    """The Ray actor of subcollector ``index`` raised while collecting (it is alive; its rollout is lost)."""
+    sub = state.subcollectors[index]
+    return Failure("subcollector-failed", f"subcollector {index}'s Ray actor failed{_in(sub.restart)} on {where}: "
+                   f"{message}", at, index, traceback=traceback, restart=sub.restart)
+
+
+def node_lost(state: RunState, index: int, held: list[int], where: str, at: float) -> Failure:
+    """The node of subcollector ``index``'s actor left the cluster, with the actors of subcollectors ``held``."""
+    actors = "; ".join(f"subcollector {c}'s actor, env workers {_globals(state, c)}" for c in held)
+    return Failure("node-lost", f"node {where} was lost: it held {actors} (global indices); a plan that pins them "
+                   "there (placement resources) cannot restart them elsewhere", at, index,
+                   restart=state.subcollectors[index].restart)
+
+
+def _globals(state: RunState, index: int) -> list[int]:
+    return [row["global_index"] for row in state.plan["subcollectors"][index]["workers"]]
 
 
 def _in(restart: int) -> str:

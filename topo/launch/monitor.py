@@ -22,6 +22,7 @@ import time
 from typing import Callable
 
 from .. import heartbeat
+from ..plan import engine
 from . import failure, processes, restarts
 from .progress import Progress
 from .state import Phase, RunState
@@ -38,7 +39,8 @@ class Monitor:
         self.startup_timeout = startup_timeout
         self.progress = progress
         self.on_failure = on_failure
-        self.hang_timeout = state.plan["launch"].get("hang_timeout")
+        # under Ray each actor watches its own env workers (their heartbeats are on its node: :mod:`.ray_node`)
+        self.hang_timeout = None if engine(state.plan) == "ray" else state.plan["launch"].get("hang_timeout")
         self.budget = restarts.Budget(state.plan["launch"].get("restarts"))
         self.failure: failure.Failure | None = None
         self.lock = threading.RLock()  # held while the state changes; take it to read the state consistently
@@ -167,6 +169,6 @@ def _first(*found: failure.Failure | None) -> failure.Failure | None:
 
 def _hang_kill(found: failure.Failure) -> None:
     """A hang found: SIGKILL the process that hangs (a worker, or the subcollector), so that it is a death."""
-    if found.kind in ("worker-hung", "subcollector-hung") and found.pid:
+    if found.kind in ("worker-hung", "subcollector-hung") and found.pid and found.host is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(found.pid, signal.SIGKILL)

@@ -8,6 +8,7 @@ anything starts); :meth:`RayEngine.build` and :meth:`RayEngine.shutdown` run in 
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
 import math
 import os
@@ -19,9 +20,12 @@ from .. import gl
 from ..errors import LaunchError
 from ..episodes import RECORD_VAR
 from ..rundir import RUN_DIR_VAR, SLOTS_VAR
-from . import plans
+from . import failure as failures, plans, processes
 
 CONNECT_TIMEOUT_S = 5.0
+POLL_S = 0.5  # between looks at the run's verdicts while waiting on actors
+END_S = 5.0  # for a replaced actor to end its env workers
+NODES_EVERY_S = 2.0  # while a restarted actor waits for its node: how often the cluster's nodes are read
 HINT = ("start a cluster with `ray start --head` (other nodes join with `ray start --address=HEAD:6379`), "
         "or set placement.address")
 
@@ -62,38 +66,184 @@ def runtime_env(plan: dict[str, Any]) -> dict[str, Any]:
 
 
 class RayTopology:
-    """A ``RayCollector`` iterated up to the plan's ``total_frames`` (-1: no end), with what topo learnt of its actors.
+    """The plan's actors iterated batch by batch up to ``total_frames`` (-1: no end), with what topo learnt of them.
 
-    torchrl's ``RayCollector`` yields nothing for ``total_frames=-1`` and, when it reaches its
-    total, kills its actors before their envs close: it gets no total, and this stops instead.
+    topo asks the actors for their rollouts itself (as torchrl's ``RayCollector`` does: sync, one rollout from
+    every actor stacked; async, one actor's rollout at a time), so that a failed actor does not end the
+    iteration: with the run's :class:`~.recovery.Recovery` (:meth:`RayEngine.supervise`), a subcollector whose
+    actor or env worker died is judged by the run's monitor and, when restarted, its actor is made again with
+    the same plan rows (:mod:`.restarts`) while the others keep collecting; the batch being gathered waits for
+    it (sync) or loses its rollout in flight (async), as on one machine. A node that left the cluster is
+    named with every actor it held.
     ``actor_placement``: per subcollector, the node planned and the node its actor reports (:mod:`.ray_placement`);
     ``puller``: brings per-node records to the trainer (:mod:`.ray_records`), None with a shared run directory.
     """
 
-    def __init__(self, collector, total_frames: int, plan_rows: list[list[dict]]):
+    def __init__(self, collector, plan: dict[str, Any]):
         self.collector = collector
-        self.total_frames = total_frames
-        self.plan_rows = plan_rows  # each subcollector's worker rows
+        self.plan = plan
+        self.total_frames = plan["collector"]["total_frames"]
+        self.plan_rows = [sub["workers"] for sub in plan["subcollectors"]]  # each subcollector's worker rows
         self.actor_placement: list[dict] | None = None
         self.puller = None
         self.scheme = None  # the Ray weight-sync scheme, when the trainer pushes weights
+        self.recovery = None  # the run's side of restarts (RayEngine.supervise)
+
+    @property
+    def actors(self) -> list:
+        return list(self.collector.remote_collectors)
 
     def __iter__(self) -> Iterator[Any]:
-        from ray.exceptions import RayActorError
-
         frames = 0
-        batches = iter(self.collector)
-        while True:
-            try:
-                batch = next(batches)
-            except StopIteration:
-                return
-            except RayActorError as err:
-                raise self.lost(err) from None
+        for batch in (self._sync() if self.plan["collector"]["sync"] else self._async()):
             yield batch
             frames += batch.numel()
             if 0 < self.total_frames <= frames:
                 return
+
+    def _sync(self) -> Iterator[Any]:
+        import ray
+        import torch
+
+        n = len(self.plan_rows)
+        while True:
+            asked = {c: self.actors[c].next.remote() for c in range(n)}
+            got: dict[int, Any] = {}
+            while len(got) < n:
+                for c in self._decided():
+                    self._restart(c)
+                    if c not in got:
+                        asked[c] = self.actors[c].next.remote()
+                pending = {ref: c for c, ref in asked.items() if c not in got}
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
+                for ref in ready:
+                    c = pending[ref]
+                    rollout = self._get(c, ref)
+                    if rollout is None:
+                        asked[c] = self.actors[c].next.remote()
+                    else:
+                        got[c] = rollout
+            yield torch.stack([got[c] for c in range(n)])
+
+    def _async(self) -> Iterator[Any]:
+        import ray
+
+        pending = {actor.next.remote(): c for c, actor in enumerate(self.actors)}
+        while True:
+            for c in self._decided():
+                self._restart(c)
+                pending = {ref: i for ref, i in pending.items() if i != c}
+                pending[self.actors[c].next.remote()] = c
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
+            if not ready:
+                continue
+            c = pending.pop(ready[0])
+            rollout = self._get(c, ready[0])
+            pending[self.actors[c].next.remote()] = c
+            if rollout is not None:
+                yield rollout
+
+    def _get(self, c: int, ref) -> Any:
+        """Subcollector ``c``'s rollout; None when its actor failed and was made again (ask it once more)."""
+        import ray
+
+        try:
+            return ray.get(ref)
+        except _ray_errors() as err:
+            self._failed(c, err)
+            self._restart(c)
+            return None
+
+    def _decided(self) -> list[int]:
+        """The subcollectors whose restart the run decided meanwhile (the monitor saw a death); raises the run's
+        failure, once there is one."""
+        if self.recovery is None:
+            return []
+        self.recovery.tick()
+        return [c for c in range(len(self.plan_rows)) if self.recovery.lost(c)]
+
+    def _failed(self, c: int, err: BaseException) -> None:
+        """Subcollector ``c``'s actor failed with Ray's ``err``: return once its restart is decided; raise the
+        run's failure (naming the worker or actor, its plan rows, its node) otherwise."""
+        if self.recovery is None:
+            raise self.lost(err) from None
+        self.recovery.judge(c, self._failure(c, err), first_records=False)
+
+    def _failure(self, c: int, err: BaseException) -> failures.Failure:
+        """What Ray's ``err`` says of subcollector ``c``: env workers that died (its actor saw them), its node
+        lost, or its actor dead."""
+        from .ray_node import EnvWorkersDied
+
+        now, state = time.time(), self.recovery.state
+        node = self._node(c)
+        cause = getattr(err, "cause", None)
+        if isinstance(cause, EnvWorkersDied):
+            index, pid, exitcode = next((d for d in cause.dead if d[0] in cause.hung), cause.dead[0])
+            return failures.remote_worker_died(state, c, index, pid, processes.describe_exitcode(exitcode),
+                                               _where(node), node.get("hostname"), now, cause.hung.get(index))
+        if node and not _node_alive(node["node_id"]):
+            if not _placeable(self.plan, c):
+                return self._lost_node(c, node)
+            return failures.actor_died(state, c, "its node left the cluster (another can hold it)", _where(node), now)
+        if not isinstance(err, _ray_errors()[0]):  # a RayTaskError: the actor raised, and is alive
+            return failures.actor_failed(state, c, _reason(cause or err), str(err).strip() or None, _where(node), now)
+        return failures.actor_died(state, c, _reason(err), _where(node), now)
+
+    def _node(self, c: int) -> dict:
+        return ((self.actor_placement or [{}] * len(self.plan_rows))[c].get("actual")) or {}
+
+    def _restart(self, c: int) -> None:
+        """Make subcollector ``c``'s actor again, with its restart's rows, on a node its resources allow; it
+        starts from the trainer's weights; the placement is checked again. An actor that fails meanwhile is
+        judged as any failure (another restart, or the run's failure)."""
+        import ray
+
+        from . import ray_placement
+        from .local import subcollector_env
+
+        while True:
+            restart, rows = self.recovery.restarting(c)
+            old = self.actors[c]
+            _end(old)
+            launch = self.plan["launch"]
+            factory = functools.partial(subcollector_env, c, rows, self.plan["start_methods"]["workers"], dict(launch))
+            actor = self.collector.replace(c, factory, restart)
+            try:
+                node = self._wait(c, actor.topo_node.remote())
+                if self.scheme is not None:
+                    self.scheme = self.collector.resync(self.scheme.model, timeout=launch["startup_timeout"])
+            except _ray_errors() as err:
+                self._failed(c, err)
+                continue
+            break
+        if self.actor_placement is not None:
+            totals = {n["NodeID"]: n.get("Resources", {}) for n in ray.nodes()}
+            row = ray_placement.compare({"placement": {"subcollectors": [self.plan["placement"]["subcollectors"][c]]}},
+                                        [node], totals)[0]
+            self.actor_placement[c] = {**row, "subcollector": c, "restart": restart}
+            ray_placement.verify([self.actor_placement[c]])
+        if self.puller is not None:
+            self.puller.replace(old, actor, node["node_id"])
+        self.recovery.instantiated(c)
+
+    def _wait(self, c: int, ref) -> Any:
+        """``ray.get(ref)`` of subcollector ``c``'s new actor, raising the run's failure meanwhile: a restart late
+        past the startup deadline, or one that no node left in the cluster can hold (its node was lost)."""
+        import ray
+
+        looked = time.monotonic()
+        while not ray.wait([ref], timeout=POLL_S)[0]:
+            self.recovery.tick()
+            if time.monotonic() - looked > NODES_EVERY_S:
+                looked = time.monotonic()
+                node = self._node(c)
+                if node and not _node_alive(node["node_id"]) and not _placeable(self.plan, c):
+                    self.recovery.judge(c, self._lost_node(c, node), first_records=False)
+        return ray.get(ref)
+
+    def _lost_node(self, c: int, node: dict) -> failures.Failure:
+        held = [i for i, row in enumerate(self.actor_placement or []) if row["actual"]["node_id"] == node["node_id"]]
+        return failures.node_lost(self.recovery.state, c, held or [c], _where(node), time.time())
 
     def lost(self, err: BaseException) -> BaseException:
         """Ray's error for a dead actor as topo's: the subcollector, its node and its plan rows.
@@ -103,26 +253,69 @@ class RayTopology:
         """
         from ray.exceptions import RayActorError
 
-        actors = list(self.collector.remote_collectors)
+        actors = self.actors
         ids = [actor._actor_id.hex() for actor in actors]
         index = ids.index(err.actor_id) if getattr(err, "actor_id", None) in ids else _first_dead(actors)
         if index is None:
             return LaunchError(f"a Ray actor of this run died: {_reason(err)}") if isinstance(err, RayActorError) else err
-        node = (self.actor_placement or [{}] * len(ids))[index].get("actual") or {}
+        node = self._node(index)
         rows = [row["global_index"] for row in self.plan_rows[index]]
         where = f" on {node['hostname']} (node {node['node_id'][:12]})" if node else ""
         return LaunchError(f"subcollector {index}'s Ray actor died{where}, with env workers {rows} (global indices): "
                            f"{_reason(err)}", subcollector=index)
 
     def update_policy_weights_(self, policy) -> None:
-        """Every actor applies ``policy``'s weights (its ``version`` buffer with them) before this returns."""
+        """Every actor applies ``policy``'s weights (its ``version`` buffer with them) before this returns; an actor
+        found dead meanwhile is restarted (it starts from these weights) or named."""
         try:
             self.collector.update_policy_weights_(policy)
         except Exception as err:  # noqa: BLE001 - Ray's or gloo's: named when an actor died
             found = self.lost(err)
             if found is err:
                 raise
-            raise found from None
+            index = found.subcollector
+            if self.recovery is None or index is None:
+                raise found from None
+            self._failed(index, err)
+            self._restart(index)
+
+
+def _end(actor) -> None:
+    """End a replaced actor: its env workers first (it may hold them still), then the actor."""
+    import ray
+
+    try:
+        ray.get(actor.topo_end_workers.remote(), timeout=END_S)
+    except Exception:  # noqa: BLE001 - dead or stuck: killed below
+        pass
+    ray.kill(actor, no_restart=True)
+
+
+def _where(node: dict) -> str:
+    return f"{node.get('hostname', 'an unknown host')} (node {node.get('node_id', '?')[:12]})"
+
+
+def _placeable(plan: dict[str, Any], c: int) -> bool:
+    """Whether an alive node of the cluster holds every custom resource subcollector ``c`` is planned with."""
+    import ray
+
+    wanted = plan["placement"]["subcollectors"][c]["resources"]["custom"]
+    return any(n.get("Alive") and all(n.get("Resources", {}).get(k, 0) >= v for k, v in wanted.items())
+               for n in ray.nodes())
+
+
+def _ray_errors() -> tuple[type[BaseException], ...]:
+    """What Ray raises for an actor that died or whose task failed."""
+    from ray.exceptions import RayActorError, RayTaskError
+
+    return RayActorError, RayTaskError
+
+
+def _node_alive(node_id: str) -> bool:
+    """Whether the cluster still counts node ``node_id`` alive."""
+    import ray
+
+    return any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())
 
 
 def _first_dead(actors: list, timeout: float = 10.0) -> int | None:
@@ -147,12 +340,15 @@ def _reason(err: BaseException) -> str:
 class RayEngine:
     """The plan's subcollectors as Ray actors, reached through the cluster at ``placement.address``.
 
-    ``weight_updates``: the trainer's weights reach every actor through torchrl's ``RayWeightSyncScheme``.
-    No ``restarts``: Ray restarts actors itself, topo does not restart them with their plan rows.
+    ``weight_updates``: the trainer's weights reach every actor through torchrl's ``RayWeightSyncScheme``;
+    ``restarts``: a subcollector's actor is made again with its plan rows (:class:`RayTopology`), unless the
+    installed torchrl lacks what that needs (``restarts=False``: a failure then ends the run, named).
     """
 
     name = "ray"
-    capabilities: frozenset[str] = frozenset({"weight_updates"})
+
+    def __init__(self, restarts: bool = True):
+        self.capabilities = frozenset({"weight_updates", "restarts"} if restarts else {"weight_updates"})
 
     def check(self, plan: dict[str, Any]) -> None:
         check_reachable(plan["placement"])
@@ -197,10 +393,9 @@ class RayEngine:
         ``policy`` is not passed on: RayCollector would pickle it to the actors instead of calling the
         factory there, and a scheme without a source calls the factory in the trainer.
         """
-        from torchrl.collectors.distributed import RayCollector
-
         from .local import env_factories
         from .ray_node import NodeCollector
+        from .ray_respawn import RespawningRayCollector
 
         placement = plan["placement"]
         source = kwargs.pop("policy", None)
@@ -213,9 +408,9 @@ class RayEngine:
         base = kwargs.pop("collector_kwargs", None) or {}
         run_dir = os.path.abspath(os.environ[RUN_DIR_VAR])
         collector_kwargs = [{**base, "topo_records": {"run_dir": run_dir, "mode": placement.get("run_dir", "per_node"),
-                                                      "subcollector": c}}
+                                                      "subcollector": c, "hang_timeout": plan["launch"].get("hang_timeout")}}
                             for c in range(len(placement["subcollectors"]))]
-        collector = RayCollector(
+        collector = RespawningRayCollector(
             env_factories(plan),
             frames_per_batch=plan["collector"]["frames_per_batch"],
             total_frames=math.inf,
@@ -226,8 +421,7 @@ class RayEngine:
             weight_sync_schemes={"policy": scheme} if scheme is not None else None,
             **kwargs,
         )
-        topology = RayTopology(collector, plan["collector"]["total_frames"],
-                               [sub["workers"] for sub in plan["subcollectors"]])
+        topology = RayTopology(collector, plan)
         topology.scheme = scheme
         return topology
 
@@ -254,7 +448,8 @@ class RayEngine:
         ray_placement.verify(topology.actor_placement)
 
     def supervise(self, topology: RayTopology, recovery) -> None:
-        """Nothing: Ray restarts actors itself (``launch.restarts`` and ``hang_timeout`` need the local engine)."""
+        """The run judges each failed actor and decides its restart (:class:`RayTopology`)."""
+        topology.recovery = recovery
 
     def shutdown(self, topology: RayTopology, timeout: float) -> list[None]:
         """Close every actor's env, bring their nodes' last records, then end the actors and disconnect, within

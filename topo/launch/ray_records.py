@@ -106,6 +106,15 @@ class NodePuller:
             self.pulled += n
             return n
 
+    def replace(self, old: Any, new: Any, node: str) -> None:
+        """Actor ``old`` was replaced by ``new``, on ``node``: pull through ``new`` (from ``node``, if new to it)."""
+        with self._lock:
+            for actors in self.by_node.values():
+                if old in actors:
+                    actors.remove(old)
+            self.by_node.setdefault(node, []).append(new)
+            self.known.setdefault(node, {})
+
     def start(self, every: float = PULL_EVERY_S) -> None:
         """Pull every ``every`` seconds in a thread until :meth:`stop`."""
         def loop():

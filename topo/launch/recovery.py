@@ -81,22 +81,34 @@ class Recovery:
         how = processes.describe_exitcode(exitcode)
         with self.monitor.lock:
             restart = self.state.subcollectors[index].restart
-        self._verdict(index, Failure("subcollector-died", f"subcollector process ended unexpectedly ({how}, pid {pid})",
+        self.judge(index, Failure("subcollector-died", f"subcollector process ended unexpectedly ({how}, pid {pid})",
                                      time.time(), index, pid=pid, how=how, restart=restart))
 
     def begin(self, index: int, old) -> Start:
         """Retire the current start of ``index`` (its process ``old``) and hand over its restart."""
         self._retire(index, old)
+        restart, rows = self.restarting(index)
+        from .local import subcollector_env
+
+        plan = self.state.plan
+        env_factory = functools.partial(subcollector_env, index, rows, plan["start_methods"]["workers"], dict(plan["launch"]))
+        return Start(restart, env_factory, self.restart_policy(index), self.window(restart))
+
+    def restarting(self, index: int) -> tuple[int, list[dict]]:
+        """The decided restart of ``index`` begins (its engine ended the old start): its number and plan rows."""
         with self.monitor.lock:
             sub = self.state.subcollectors[index]
             sub.pending, sub.began = False, time.time()
             self._record(index, sub).began_at = sub.began
-            plan = self.state.plan
-            rows = [self.state.workers[(index, row["index"])].row for row in plan["subcollectors"][index]["workers"]]
-        from .local import subcollector_env
+            rows = [self.state.workers[(index, row["index"])].row for row in self.state.plan["subcollectors"][index]["workers"]]
+            return sub.restart, rows
 
-        env_factory = functools.partial(subcollector_env, index, rows, plan["start_methods"]["workers"], dict(plan["launch"]))
-        return Start(sub.restart, env_factory, self.restart_policy(index), self.window(sub.restart))
+    def instantiated(self, index: int) -> None:
+        """The restart of ``index`` collects: its envs are built, its policy has the weights."""
+        with self.monitor.lock:
+            sub = self.state.subcollectors[index]
+            sub.ready = time.time()
+            self._record(index, sub).ready_at = sub.ready
 
     def poll_ready(self, index: int, restart: int, pipe, proc) -> str:
         """How the restart of subcollector ``index`` is doing: ``"ready"`` (instantiated: recorded),
@@ -116,13 +128,10 @@ class Recovery:
             self.settle(index, proc.pid, proc.exitcode)
             return "lost"
         if message == boundary.INSTANTIATED:
-            with self.monitor.lock:
-                sub = self.state.subcollectors[index]
-                sub.ready = time.time()
-                self._record(index, sub).ready_at = sub.ready
+            self.instantiated(index)
             return "ready"
         text, trace = boundary.startup_error(message)
-        self._verdict(index, failures.subcollector_failed(index, restart, proc.pid, text, trace))
+        self.judge(index, failures.subcollector_failed(index, restart, proc.pid, text, trace))
         return "lost"
 
     def asked(self, index: int) -> None:
@@ -153,13 +162,13 @@ class Recovery:
         self._bury(now=True)
         self._graves.clear()
 
-    # -- inside -------------------------------------------------------------------------------
-    def _verdict(self, index: int, seen: Failure) -> None:
-        """Wait for the monitor's verdict on subcollector ``index``; past ``VERDICT_S`` without one, submit
-        what the trainer ``seen`` and wait for the verdict on that. Returns once a restart is decided.
+    def judge(self, index: int, seen: Failure, *, first_records: bool = True) -> None:
+        """Wait for the monitor's verdict on subcollector ``index``; past ``VERDICT_S`` without one (at once
+        unless ``first_records``: what the trainer saw is all there is), submit what the trainer ``seen`` and
+        wait for the verdict on that. Returns once a restart is decided; raises the run's failure otherwise.
         (A monitor that gives none, which only a stopped monitor would, leaves ``seen`` raised.)"""
         submitted = False
-        deadline = time.monotonic() + VERDICT_S
+        deadline = time.monotonic() + (VERDICT_S if first_records else 0.0)
         while True:
             self.delivery.raise_if_failed()
             if self.lost(index):
@@ -171,6 +180,7 @@ class Recovery:
                 submitted, deadline = True, time.monotonic() + VERDICT_S
             time.sleep(POLL_S / 2)
 
+    # -- inside -------------------------------------------------------------------------------
     def _retire(self, index: int, proc) -> None:
         """Set the last retired start of subcollector ``index`` going: SIGKILL its env workers now (a
         worker's death ends its subcollector's rollout anyway); the subcollector process, once it exited

@@ -322,7 +322,7 @@ def _parts(plan: dict[str, Any], policy_factory, policy, collector_kwargs: dict[
     refused = torchrl.refusal(features)
     if refused:
         raise LaunchError(refused)
-    engine = engine_for(plan, restarts=torchrl.ok("restarts"))
+    engine = engine_for(plan, restarts=torchrl.ok("restarts") and torchrl.ok("ray-restarts"))
     if torchrl.ok("replay-buffer-check") and boundary.storage_builds_env_in_trainer(
             collector_kwargs.get("replay_buffer")):
         raise UsageError("this replay buffer's storage is not initialised: torchrl would build subcollector 0's envs "

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import heartbeat
+from ..plan import engine
 from ..rundir import HOST, RunDir
 from .processes import Death
 
@@ -94,6 +95,9 @@ class RunState:
         self.run = run
         self.t0 = started
         self.trainer_pid = trainer_pid if trainer_pid is not None else os.getpid()
+        # under Ray each actor watches its own env workers and names the dead and the hung (:mod:`.ray_node`),
+        # on this host as on any other: their pids are not watched here
+        self.watch_workers = engine(plan) != "ray"
         self.phase = Phase.STARTING
         self.workers = {(sub["index"], row["index"]): Worker(sub["index"], row["index"], row)
                         for sub in plan["subcollectors"] for row in sub["workers"]}
@@ -155,7 +159,7 @@ class RunState:
             return
         if name == "started":
             w.pid, w.local, w.started, w.inherited_gl = m["pid"], local, m["time"], m.get("inherited_gl") or []
-            self._watch(m["pid"], m["time"], local)
+            self._watch(m["pid"], m["time"], local and self.watch_workers)
         elif name == "constructed":
             w.constructed, w.seed, w.build_s = m["time"], m["seed"], m["seconds"]
             w.render_device = m.get("render_device")

@@ -59,15 +59,14 @@ def _frames_hint(spec: Spec) -> str:
 
 
 def recovery(spec: Spec, ctx: Context) -> list[Diagnostic]:
-    """Restarts and hang detection need the local engine (topo restarts and watches local processes only)."""
+    """Health budgets need the local engine (the trainer reads each worker's health there); restarts and hang
+    detection work on both."""
     engine = spec.placement.engine
-    asked = [key for key, on in (("restarts", spec.restarts_max > 0), ("hang_timeout", spec.hang_timeout is not None),
-                                 ("recycle", spec.recycle is not None)) if on]
-    if engine == "local" or not asked:
+    if engine == "local" or spec.recycle is None:
         return []
-    return [error("recovery-needs-local-engine", f"launch.{asked[0]} works on the local engine: under engine {engine!r} "
-                  "the subcollectors are actors that topo neither restarts nor watches step by step",
-                  ("launch", asked[0]), "remove it, or use placement.engine: local")]
+    return [error("recovery-needs-local-engine", f"launch.recycle works on the local engine: under engine {engine!r} "
+                  "the trainer does not read the actors' workers' health (launch.restarts and hang_timeout do work "
+                  "there)", ("launch", "recycle"), "remove it, or use placement.engine: local")]
 
 
 def recycle(spec: Spec, ctx: Context) -> list[Diagnostic]:
