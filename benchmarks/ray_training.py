@@ -1,12 +1,13 @@
 """Training over Ray beside training on one machine: time to ready and seconds per weight update.
 
-    python benchmarks/ray_training.py             # toy 2 x 2 with TinyVLA, local vs ray, 2 rounds (a few minutes)
+    python benchmarks/ray_training.py             # toy 2 x 2, TinyVLA and a ~100M-parameter policy, local vs ray
 
 Starts a two-node Ray cluster on this host (a head holding ``node_a``, a second node holding ``node_b``; the
 helpers of ``tests/ray``), then, alternating the engines, one ``topo.collector`` run per case in a fresh
 process: ``--batches`` iterations of collect, one optimizer step, ``update_weights``. The ray case places
-subcollector 0 on node_a and 1 on node_b, records per node (``placement.run_dir: per_node``). Each figure is
-the median of its rounds (min and max kept). Results: ``benchmarks/results/ray_training.json``.
+subcollector 0 on node_a and 1 on node_b, records per node (``placement.run_dir: per_node``). Policies:
+TinyVLA, and ``large`` (benchmarks/training.py's: TinyVLA carrying 100M more parameters, 400 MB of weights).
+Each figure is the median of its rounds (min and max kept). Results: ``benchmarks/results/ray_training.json``.
 """
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-POLICY = {"factory": "topo.policies.tinyvla:make", "kwargs": {"action_dim": 4, "image_size": 16, "state_dim": 8},
-          "placement": "subcollector", "device": None, "weight_sync": "shared_mem"}
+KWARGS = {"action_dim": 4, "image_size": 16, "state_dim": 8}
+POLICIES = ("tinyvla", "large")
 
 
 def spec(engine: str, address: str) -> dict:
@@ -38,20 +39,25 @@ def spec(engine: str, address: str) -> dict:
     return out
 
 
-def run_case(engine: str, address: str, batches: int) -> dict:
+def run_case(engine: str, address: str, model: str, batches: int) -> dict:
     """In a fresh process: one run, its figures."""
     import torch
     import yaml
 
+    import bench_policies
     import topo
     from topo.policies.tinyvla import make
+    from training import LARGE_PARAMS
 
     path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"topo-bench-ray-{os.getpid()}.yaml")
     with open(path, "w") as f:
         yaml.safe_dump(spec(engine, address), f)
     plan = topo.compile_spec(path)
-    plan["policy"] = dict(POLICY)
-    policy = make(**POLICY["kwargs"])
+    factory, kwargs = ("topo.policies.tinyvla:make", dict(KWARGS)) if model == "tinyvla" else \
+        ("bench_policies:large", {**KWARGS, "extra_params": LARGE_PARAMS})
+    plan["policy"] = {"factory": factory, "kwargs": kwargs, "placement": "subcollector", "device": None,
+                      "weight_sync": "shared_mem"}
+    policy = make(**kwargs) if model == "tinyvla" else bench_policies.large(**kwargs)
     optim = torch.optim.SGD(policy.parameters(), lr=1e-4)
     t0 = time.perf_counter()
     with topo.collector(plan, policy=policy, progress=False) as run:
@@ -71,7 +77,8 @@ def run_case(engine: str, address: str, batches: int) -> dict:
             if i + 1 >= batches:
                 break
     report = run.report.data
-    return {"engine": engine, "ready_s": ready, "first_batch_s": first, "update_s": updates,
+    return {"engine": engine, "policy": model, "params": sum(p.numel() for p in policy.parameters()),
+            "ready_s": ready, "first_batch_s": first, "update_s": updates,
             "versions_ok": versions == [[i] for i in range(len(versions))],
             "constructions": report["constructions"]["by_role"], "env_closes": report["env_closes"],
             "shutdown_s": report["timings_s"]["shutdown"], "alive_after": report["processes"]["alive_after"]}
@@ -86,11 +93,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batches", type=int, default=8)
     parser.add_argument("--out", default=os.path.join(HERE, "results", "ray_training.json"))
-    parser.add_argument("--case", nargs=2, metavar=("ENGINE", "ADDRESS"), help=argparse.SUPPRESS)
+    parser.add_argument("--case", nargs=3, metavar=("ENGINE", "ADDRESS", "POLICY"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
+        sys.path.insert(0, HERE)
         print(json.dumps(run_case(*args.case, args.batches)), flush=True)
         return
+    # the policies' module (bench_policies) importable by the runs, their subcollectors and the Ray workers
+    os.environ["PYTHONPATH"] = os.pathsep.join([HERE, ROOT])
     sys.path.insert(0, ROOT)
     from tests.ray.ray_head_helpers import ENV, RayHead, RayNode
 
@@ -102,15 +112,14 @@ def main() -> None:
         node = RayNode(head, {"node_b": 1}, cpus=2)
         cluster_s = time.perf_counter() - started
         for _ in range(args.rounds):
-            for engine in ("local", "ray"):
-                done = subprocess.run([sys.executable, __file__, "--case", engine, head.address,
-                                       "--batches", str(args.batches)], capture_output=True, text=True,
-                                      env={**ENV, "PYTHONPATH": ROOT})
+            for engine, model in [(e, m) for m in POLICIES for e in ("local", "ray")]:
+                done = subprocess.run([sys.executable, __file__, "--case", engine, head.address, model,
+                                       "--batches", str(args.batches)], capture_output=True, text=True, env=ENV)
                 if done.returncode != 0:
-                    raise SystemExit(f"{engine} failed:\n{done.stderr[-3000:]}")
+                    raise SystemExit(f"{engine} {model} failed:\n{done.stderr[-3000:]}")
                 result = json.loads(done.stdout.strip().splitlines()[-1])
-                runs.setdefault(engine, []).append(result)
-                print(f"{engine:<6} ready {result['ready_s']:6.1f}s  first batch {result['first_batch_s']:6.1f}s  "
+                runs.setdefault(f"{engine}/{model}", []).append(result)
+                print(f"{engine:<6} {model:<8} ready {result['ready_s']:6.1f}s  first batch {result['first_batch_s']:6.1f}s  "
                       f"update {statistics.median(result['update_s']):.4f}s  shutdown {result['shutdown_s']:.1f}s",
                       flush=True)
     finally:
@@ -119,9 +128,10 @@ def main() -> None:
         head.stop()
     summary = {
         "machine": {"cores": os.cpu_count()}, "rounds": args.rounds, "batches": args.batches,
-        "topology": "toy 2 x 2, TinyVLA in each subcollector; ray: 2 nodes on this host, one subcollector each",
+        "topology": "toy 2 x 2, the policy in each subcollector; ray: 2 nodes on this host, one subcollector each",
         "cluster_start_s": round(cluster_s, 1),
-        "engines": {engine: {
+        "cases": {case: {
+            "params": rs[0]["params"],
             "ready_s": spread([r["ready_s"] for r in rs]),
             "first_batch_s": spread([r["first_batch_s"] for r in rs]),
             "update_s": spread([statistics.median(r["update_s"]) for r in rs]),
@@ -129,7 +139,7 @@ def main() -> None:
             "versions_ok": all(r["versions_ok"] for r in rs),
             "constructions": rs[0]["constructions"], "env_closes": [r["env_closes"] for r in rs],
             "alive_after": sorted({p for r in rs for p in r["alive_after"]}),
-        } for engine, rs in runs.items()},
+        } for case, rs in runs.items()},
     }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:

@@ -8,7 +8,8 @@ Two placements (the spec's ``policy.placement``):
   collector as ``policy=`` so that no scheme ever calls the factory in the trainer.
 - ``server``: one torchrl ``ProcessInferenceServer`` builds the policy on its device; each subcollector
   gets a ``PolicyClientModule`` over its own client; weights go to the server. The server stamps
-  ``policy_version`` itself.
+  ``policy_version`` itself. A request carries the policy's in_keys only and a reply its out_keys only:
+  each tensor crosses in shared memory of its own (``benchmarks/server_cost.py``).
 
 Either way every batch row carries ``policy_version``: the number of weight updates the acting weights
 had received. The factories below run in the subcollectors and the server (module level: picklable).
@@ -112,6 +113,16 @@ def in_subcollector(factory: str | Callable, kwargs: dict, versioned_copy: bool,
     return VersionedPolicy(policy) if versioned_copy else policy
 
 
+def _replies(policy, args, out):
+    """The served policy's forward hook: its reply carries the out_keys only (the server adds ``policy_version``)."""
+    return (args[0] if out is None else out).select(*policy.out_keys)
+
+
+def _requests(client_, args):
+    """A client's forward pre-hook: the request carries the in_keys only (torchrl's sends the whole tensordict)."""
+    return (args[0].select(*client_.in_keys),)
+
+
 def in_server(factory: str | Callable, kwargs: dict):
     """The served policy, built in the server process (its own process group: a Ctrl-C is the trainer's)."""
     os.setpgid(0, 0)
@@ -124,6 +135,7 @@ def in_server(factory: str | Callable, kwargs: dict):
         raise
     if run is not None:
         run.marker("server", role="server", in_keys=_keys(policy.in_keys), out_keys=_keys(policy.out_keys))
+    policy.register_forward_hook(_replies)
     return policy
 
 
@@ -131,7 +143,9 @@ def client(client_, in_keys: list, out_keys: list):
     """A subcollector's policy under ``placement: server``: a client of the server."""
     from torchrl.modules.inference_server import PolicyClientModule
 
-    return PolicyClientModule(client_, in_keys=[_key(k) for k in in_keys], out_keys=[_key(k) for k in out_keys])
+    remote = PolicyClientModule(client_, in_keys=[_key(k) for k in in_keys], out_keys=[_key(k) for k in out_keys])
+    remote.register_forward_pre_hook(_requests)
+    return remote
 
 
 def _keys(keys) -> list:
@@ -181,6 +195,8 @@ class Placement:
         from torchrl.modules.inference_server import MPTransport, ProcessInferenceServer
 
         ctx = multiprocessing.get_context("spawn")
+        # manager-backed: a restarted subcollector's client, made after the server started, is registered there
+        # (each request and reply then takes two more hops: benchmarks/server_cost.py)
         self.transport = MPTransport(ctx=ctx, use_manager=True)
         self._clients = [self.transport.client() for _ in range(self.n)]
         self.server = ProcessInferenceServer(
