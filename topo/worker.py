@@ -54,7 +54,8 @@ def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: in
         except BaseException:
             run.marker("failed", worker=where, traceback=traceback.format_exc())
             raise
-    run.marker("constructed", worker=where, seed=seed, seconds=time.monotonic() - started,
+        built = time.time()  # in the slot: the marker's time, so that no construction seems to overlap the next start
+    run.marker("constructed", worker=where, seed=seed, seconds=time.monotonic() - started, time=built,
                render_device=getattr(instance, "topo_render_device", None),
                model_cache=getattr(instance, "topo_model_cache", None))
     record = os.environ.get(RECORD_VAR, "episodes")

@@ -193,6 +193,7 @@ def test_collector_arguments_that_would_break_a_guarantee_are_refused(tmp_path, 
     with pytest.raises(UsageError, match="policy= needs a policy factory"):
         topo.collector(plan, policy=object())
     ray_plan = topo.compile_spec(str(write(tmp_path / "ray.yaml", toy_spec(1, 2, placement={"engine": "ray"}))))
-    monkeypatch.setattr(RayEngine, "capabilities", frozenset())  # an engine that cannot push weights
+    # an engine that cannot push weights
+    monkeypatch.setattr(RayEngine, "__init__", lambda self, restarts=True: setattr(self, "capabilities", frozenset()))
     with pytest.raises(UsageError, match="placement.engine ray cannot push weights"):
         topo.collector(ray_plan, policy_factory="topo.policies.tinyvla:make", policy=object())

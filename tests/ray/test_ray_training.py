@@ -53,9 +53,14 @@ def two_node_spec(address: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    with two_nodes() as (head, _):
-        yield head
+def nodes():
+    with two_nodes() as both:
+        yield both
+
+
+@pytest.fixture(scope="module")
+def cluster(nodes):
+    return nodes[0]
 
 
 def start_trainer(tmp: Path, address: str, name: str, *args: str) -> subprocess.Popen:
@@ -281,19 +286,20 @@ def test_env_workers_killed_or_hung_on_node_b_are_restarted_from_their_plan_rows
     assert s["seeds"]["mismatches"] == [] and s["processes"]["alive_after"] == []
 
 
-def test_a_lost_node_is_named_with_its_actors_and_plan_rows(tmp_path):
+def test_a_lost_node_is_named_with_its_actors_and_plan_rows(nodes, tmp_path):
     """node_b's raylet killed mid-run: the run fails (exit 1) naming the node, its actor and plan rows (no node
-    left can hold what the plan pins there), and leaves nothing on the node that is still up."""
-    with two_nodes() as (head, node):
-        raylets = [p for p in psutil.process_iter(["name"]) if p.info["name"] == "raylet" and _pgid(p) == node.proc.pid]
-        assert len(raylets) == 1
+    left can hold what the plan pins there), and leaves nothing on the node that is still up. The module's last
+    test: node_b is gone after it."""
+    head, node = nodes
+    raylets = [p for p in psutil.process_iter(["name"]) if p.info["name"] == "raylet" and _pgid(p) == node.proc.pid]
+    assert len(raylets) == 1
 
-        def kill_raylet(event):
-            if event["event"] == "batch" and event["iteration"] == 0:
-                raylets[0].kill()
+    def kill_raylet(event):
+        if event["event"] == "batch" and event["iteration"] == 0:
+            raylets[0].kill()
 
-        events, s = run_trainer(tmp_path, head.address, "lost", "--restarts", "1", "--iterations", "1000",
-                                on_event=kill_raylet)
+    events, s = run_trainer(tmp_path, head.address, "lost", "--restarts", "1", "--iterations", "1000",
+                            on_event=kill_raylet)
     (error,) = [e for e in events if e["event"] == "launch-error"]
     assert (error["subcollector"], error["exit_code"]) == (1, 1)
     node_b = s["actors"][1]["actual"]
