@@ -59,11 +59,12 @@ def subcollector_env(index: int, rows: list[dict], start_method: str, launch: di
 
 def env_factories(plan: dict[str, Any]) -> list[functools.partial]:
     """One picklable env factory per subcollector."""
-    return [
-        functools.partial(subcollector_env, sub["index"], sub["workers"], plan["start_methods"]["workers"],
-                          dict(plan["launch"]))
-        for sub in plan["subcollectors"]
-    ]
+    return [env_factory(plan, sub["index"], sub["workers"]) for sub in plan["subcollectors"]]
+
+
+def env_factory(plan: dict[str, Any], index: int, rows: list[dict]) -> functools.partial:
+    """The picklable env factory of subcollector ``index`` over ``rows`` (its plan rows, or a restart's)."""
+    return functools.partial(subcollector_env, index, rows, plan["start_methods"]["workers"], dict(plan["launch"]))
 
 
 class LocalEngine:

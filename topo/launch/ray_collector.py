@@ -8,7 +8,6 @@ anything starts); :meth:`RayEngine.build` and :meth:`RayEngine.shutdown` run in 
 from __future__ import annotations
 
 import copy
-import functools
 import importlib.util
 import math
 import os
@@ -199,19 +198,17 @@ class RayTopology:
         import ray
 
         from . import ray_placement
-        from .local import subcollector_env
+        from .local import env_factory
 
         while True:
             restart, rows = self.recovery.restarting(c)
             old = self.actors[c]
             _end(old)
-            launch = self.plan["launch"]
-            factory = functools.partial(subcollector_env, c, rows, self.plan["start_methods"]["workers"], dict(launch))
-            actor = self.collector.replace(c, factory, restart)
+            actor = self.collector.replace(c, env_factory(self.plan, c, rows), restart)
             try:
                 node = self._wait(c, actor.topo_node.remote())
                 if self.scheme is not None:
-                    self.scheme = self.collector.resync(self.scheme.model, timeout=launch["startup_timeout"])
+                    self.scheme = self.collector.resync(self.scheme.model, timeout=self.plan["launch"]["startup_timeout"])
             except _ray_errors() as err:
                 self._failed(c, err)
                 continue

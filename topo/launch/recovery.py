@@ -9,7 +9,6 @@ run's failure. The collector, in the trainer's thread, asks :meth:`~Recovery.tic
 """
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager
@@ -88,11 +87,9 @@ class Recovery:
         """Retire the current start of ``index`` (its process ``old``) and hand over its restart."""
         self._retire(index, old)
         restart, rows = self.restarting(index)
-        from .local import subcollector_env
+        from .local import env_factory
 
-        plan = self.state.plan
-        env_factory = functools.partial(subcollector_env, index, rows, plan["start_methods"]["workers"], dict(plan["launch"]))
-        return Start(restart, env_factory, self.restart_policy(index), self.window(restart))
+        return Start(restart, env_factory(self.state.plan, index, rows), self.restart_policy(index), self.window(restart))
 
     def restarting(self, index: int) -> tuple[int, list[dict]]:
         """The decided restart of ``index`` begins (its engine ended the old start): its number and plan rows."""
