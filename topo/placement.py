@@ -1,6 +1,7 @@
-"""Placement: where each subcollector runs (this machine, or a Ray actor with resources).
+"""Placement: where each subcollector runs (this machine, or a Ray actor with resources), and under Ray the
+inference server's actor (``policy.placement: server``).
 
-Pure: the per-subcollector resource requests, the Ray ``remote_configs`` they become, and a
+Pure: the per-actor resource requests, the Ray ``remote_configs`` they become, and a
 first-fit-decreasing packing onto the nodes a spec declares (which :mod:`topo.rules.placement` checks
 on paper, so that a placement no cluster could satisfy fails at ``topo validate`` rather than hanging
 at launch).
@@ -64,6 +65,16 @@ def resources(spec: Spec) -> list[Resources]:
     return out
 
 
+def serves_on_ray(spec: Spec) -> bool:
+    """Whether the plan has an inference server actor: ``policy.placement: server`` under engine ray."""
+    return spec.placement.engine == "ray" and spec.policy is not None and spec.policy.placement == "server"
+
+
+def server_resources(spec: Spec) -> Resources:
+    """The inference server actor's request: 1 CPU by default, then what placement.server writes."""
+    return Resources.merge(Resources(), spec.placement.server)
+
+
 def pack(requests: list[Resources], kinds: tuple[Node, ...]) -> list[str | None]:
     """First-fit decreasing: the node (``name#i``) each subcollector lands on, None where none fits."""
     slots = [(kind, i) for kind in kinds for i in range(kind.count)]
@@ -81,16 +92,23 @@ def pack(requests: list[Resources], kinds: tuple[Node, ...]) -> list[str | None]
     return where
 
 
+def requests_with_server(spec: Spec) -> list[Resources]:
+    """Every actor's request: the subcollectors', then the inference server's when it is one."""
+    return resources(spec) + ([server_resources(spec)] if serves_on_ray(spec) else [])
+
+
 def plan_section(spec: Spec) -> dict[str, Any]:
-    """The placement part of a plan: engine, address, runtime_env, run_dir, and per subcollector its request and node."""
+    """The placement part of a plan: engine, address, runtime_env, run_dir, per subcollector its request and
+    node, and the inference server's (None unless it is a Ray actor)."""
     placement = spec.placement
-    requests = resources(spec)
+    requests = requests_with_server(spec)
     where = pack(requests, placement.nodes) if placement.nodes else [None] * len(requests)
+    placed = [{"resources": r.to_dict(), "remote_config": r.remote_config(), "node": n} for r, n in zip(requests, where)]
     return {
         "engine": placement.engine,
         "address": placement.address,
         "runtime_env": placement.runtime_env,
         "run_dir": placement.run_dir,
-        "subcollectors": [{"resources": r.to_dict(), "remote_config": r.remote_config(), "node": n}
-                          for r, n in zip(requests, where)],
+        "subcollectors": placed[:spec.subcollectors],
+        "server": placed[spec.subcollectors] if serves_on_ray(spec) else None,
     }

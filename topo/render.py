@@ -93,13 +93,17 @@ def _placed(plan: dict[str, Any], c: int) -> str:
     if engine(plan) == "local":
         return ""
     placement = plan["placement"]
-    entry = placement["subcollectors"][c]
+    return ", " + _actor(placement["subcollectors"][c])
+
+
+def _actor(entry: dict[str, Any]) -> str:
+    """A Ray actor of the plan: 'ray actor (1 cpus, 0 gpus, node_b 1) -> gpu#0'."""
     r = entry["resources"]
     ask = f"{r['cpus']:g} cpus, {r['gpus']:g} gpus"
     if r["memory_gb"] is not None:
         ask += f", {r['memory_gb']:g} GB"
     ask += "".join(f", {k} {v:g}" for k, v in r["custom"].items())
-    return f", ray actor ({ask})" + (f" -> {entry['node']}" if entry["node"] else "")
+    return f"ray actor ({ask})" + (f" -> {entry['node']}" if entry["node"] else "")
 
 
 def coverage_text(plan: dict[str, Any]) -> str:
@@ -124,6 +128,8 @@ def coverage_text(plan: dict[str, Any]) -> str:
         nodes = sorted({e["node"] for e in placement["subcollectors"] if e["node"]})
         lines.append(f"  placement: ray at {placement['address']}, {len(placement['subcollectors'])} actor(s)"
                      + (f" on {len(nodes)} node(s)" if nodes else ""))
+        if placement.get("server"):
+            lines.append(f"  inference server: {_actor(placement['server'])}")
     return "\n".join(lines) + "\n"
 
 

@@ -39,10 +39,12 @@ class RunDir:
         return cls(path) if path else None
 
     def write(self, folder: str, name: str, **fields: Any) -> None:
-        """Atomically write ``{name, pid, ppid, host, time, restart, **fields}`` as a new file under ``folder``."""
-        self._dump(folder, f"{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.json",
-                   {"name": name, "pid": os.getpid(), "ppid": os.getppid(), "host": HOST, "time": time.time(),
-                    "restart": restart_number(), **fields})
+        """Atomically write this process's record ``name`` (:func:`record`) as a new file under ``folder``."""
+        self.add(folder, record(name, **fields))
+
+    def add(self, folder: str, made: dict) -> None:
+        """Atomically write a record another process made (:func:`record`: a Ray actor's), as it made it."""
+        self._dump(folder, f"{made['name']}.{made['pid']}.{uuid.uuid4().hex[:8]}.json", made)
 
     def put(self, folder: str, name: str, **fields: Any) -> None:
         """Atomically replace ``folder/name.json`` with ``{name, pid, host, time, restart, **fields}``."""
@@ -129,6 +131,12 @@ def start_eval_round(run: RunDir, number: int) -> None:
     with open(tmp, "w") as f:
         f.write(str(number))
     os.replace(tmp, os.path.join(run.path, EVAL_ROUND))
+
+
+def record(name: str, **fields: Any) -> dict:
+    """This process's record ``name``: ``{name, pid, ppid, host, time, restart, **fields}``."""
+    return {"name": name, "pid": os.getpid(), "ppid": os.getppid(), "host": HOST, "time": time.time(),
+            "restart": restart_number(), **fields}
 
 
 def restart_number() -> int:

@@ -94,6 +94,7 @@ class Placement:
     resources: Request = Request()
     overrides: tuple[Override, ...] = ()
     nodes: tuple[Node, ...] = ()
+    server: Request = Request()  # the inference server's actor (policy.placement: server)
 
 
 @dataclass(frozen=True)
@@ -290,6 +291,7 @@ def _placement(data: Mapping[str, Any]) -> Placement:
                         for o in data.get("overrides") or []),
         nodes=tuple(Node(n["name"], n.get("count", 1), n.get("cpus"), n.get("gpus"), n.get("memory_gb"),
                          n.get("custom") or {}) for n in data.get("nodes") or []),
+        server=_request(data.get("server")),
     )
 
 

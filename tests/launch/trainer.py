@@ -73,7 +73,8 @@ def main() -> None:
                         help="run as on a torchrl that lacks the names restarts need (topo.launch.boundary)")
     parser.add_argument("--victim", type=int, default=0, help="the subcollector kill-subcollector-then-update kills")
     parser.add_argument("--then", default="ok",
-                        choices=["ok", "raise", "kill-worker", "kill-subcollector-then-update", "skip-first-update"])
+                        choices=["ok", "raise", "kill-worker", "kill-subcollector-then-update", "skip-first-update",
+                                 "kill-server"])
     args = parser.parse_args()
 
     import torch
@@ -123,6 +124,10 @@ def main() -> None:
                     raise ValueError("the training step failed")
                 if args.then == "kill-worker" and i == 0:
                     victim = worker_pid(run, 1, 1)
+                    os.kill(victim, signal.SIGKILL)
+                    emit(event="killed", pid=victim)
+                if args.then == "kill-server" and i == 0:
+                    victim = run.state.server().pid
                     os.kill(victim, signal.SIGKILL)
                     emit(event="killed", pid=victim)
                 if i == args.stop_at:

@@ -63,9 +63,9 @@ def cluster(nodes):
     return nodes[0]
 
 
-def start_trainer(tmp: Path, address: str, name: str, *args: str) -> subprocess.Popen:
+def start_trainer(tmp: Path, address: str, name: str, *args: str, spec_data: dict | None = None) -> subprocess.Popen:
     spec = tmp / f"{name}.yaml"
-    spec.write_text(yaml.safe_dump(two_node_spec(address), sort_keys=False))
+    spec.write_text(yaml.safe_dump(spec_data or two_node_spec(address), sort_keys=False))
     return subprocess.Popen([sys.executable, str(TRAINER), str(spec), "--report", str(tmp / name),
                              "--iterations", str(ITERATIONS), *args], cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**ENV, "PYTHONPATH": str(ROOT)}, start_new_session=True)
@@ -231,9 +231,10 @@ def _pgid(p: psutil.Process) -> int | None:
         return None
 
 
-def run_trainer(tmp: Path, address: str, name: str, *args: str, on_event=None) -> tuple[list[dict], dict]:
+def run_trainer(tmp: Path, address: str, name: str, *args: str, on_event=None,
+                spec_data: dict | None = None) -> tuple[list[dict], dict]:
     """A trainer run to its end: its events and its report; ``on_event(event)`` sees each event as it comes."""
-    proc = start_trainer(tmp, address, name, *args)
+    proc = start_trainer(tmp, address, name, *args, spec_data=spec_data)
     events = []
     try:
         for event in events_of(proc.stdout):
@@ -245,6 +246,7 @@ def run_trainer(tmp: Path, address: str, name: str, *args: str, on_event=None) -
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     stderr = proc.stderr.read()
+    (tmp / f"{name}.stderr").write_text(stderr)
     assert proc.returncode == 0, stderr[-3000:]
     (after,) = [e for e in events if e["event"] == "after"]
     return events, after["report"]
@@ -284,6 +286,54 @@ def test_env_workers_killed_or_hung_on_node_b_are_restarted_from_their_plan_rows
     assert actor["problems"] == [] and actor["restart"] == 2
     assert s["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 8}
     assert s["seeds"]["mismatches"] == [] and s["processes"]["alive_after"] == []
+
+
+def served_spec(address: str) -> dict:
+    """The two-node spec with policy.placement: server, the server's actor on node_b beside sub1."""
+    data = two_node_spec(address)
+    data["policy"] = {"factory": "topo.policies.tinyvla:make", "placement": "server",
+                      "kwargs": {"action_dim": 4, "image_size": 16, "state_dim": 8}}
+    data["placement"]["overrides"][1]["resources"]["custom"] = {"node_b": 0.9}  # node_b has 1: sub1 and the server share it
+    data["placement"]["server"] = {"cpus": 1, "custom": {"node_b": 0.1}}
+    return data
+
+
+def test_the_inference_server_runs_as_a_ray_actor_on_the_node_the_plan_names(cluster, tmp_path):
+    """policy.placement: server with placement.server on node_b: torchrl's InferenceServer (service_backend ray) is an
+    actor there, both subcollectors' actors call it, every batch carries the version pushed last with the trainer's
+    actions; its record reaches the report through Ray; nothing of it is left after the run."""
+    data = served_spec(cluster.address)
+    events, s = run_trainer(tmp_path, cluster.address, "served", "--placement", "server", spec_data=data)
+    stderr = (tmp_path / "served.stderr").read_text()
+    assert [e for e in events if e["event"] == "launch-error"] == []
+    batches = [e for e in events if e["event"] == "batch"]
+    assert [b["versions"] for b in batches] == [[0], [1], [2]]
+    assert all(b["shape"] == [2, 2, 2] and b["diff"] < 1e-5 for b in batches), batches
+    policy = s["policy"]
+    assert (policy["placement"], policy["updates"], policy["trainer_policy"]) == ("server", 3, True)
+    server = policy["server"]["actual"]
+    assert policy["server"]["problems"] == [] and policy["server"]["planned"]["custom"] == {"node_b": 0.1}
+    assert server["node_id"] == s["actors"][1]["actual"]["node_id"] != s["actors"][0]["actual"]["node_id"]  # node_b
+    assert s["processes"]["server_pid"] == server["pid"] not in (s["processes"]["trainer_pid"], *s["processes"]["subcollector_pids"])
+    assert s["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 4}
+    assert s["env_closes"] == {"constructed": 4, "closed": 4} and s["processes"]["alive_after"] == []
+    assert not psutil.pid_exists(server["pid"])
+    assert "    server: planned node_b 0.1 -> node " in stderr
+
+
+def test_a_killed_server_actor_ends_the_run_named_and_leaves_nothing(cluster, tmp_path):
+    """kill -9 of the server's actor after the first batch: the subcollectors' clients wait on it forever, so the
+    run fails (exit 1) naming the policy server, and its teardown ends every actor of the run."""
+    data = served_spec(cluster.address)
+    events, s = run_trainer(tmp_path, cluster.address, "server-killed", "--placement", "server", "--then", "kill-server",
+                            "--iterations", "1000", spec_data=data)
+    (killed,) = [e["pid"] for e in events if e["event"] == "killed"]
+    (error,) = [e for e in events if e["event"] == "launch-error"]
+    assert error["exit_code"] == 1 and error["subcollector"] is None
+    assert error["message"].startswith("policy server ended unexpectedly"), error["message"]
+    assert s["error"]["failure"]["kind"] == "server-died" and killed == s["policy"]["server"]["actual"]["pid"]
+    assert len([e for e in events if e["event"] == "batch"]) < 1000
+    assert s["processes"]["alive_after"] == [] and of_run(s["run_dir"]) == []
 
 
 def test_a_lost_node_is_named_with_its_actors_and_plan_rows(nodes, tmp_path):

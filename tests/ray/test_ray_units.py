@@ -207,3 +207,87 @@ def test_an_actor_blames_the_env_worker_its_rollout_waits_on():
     assert hung([owed, (93.0, 89.1), (89.0, 89.1)], [7, 7], 5, now) == {0: 7.0}  # in a step for 7 s
     assert hung([owed, (97.0, 89.1), (89.0, 89.1)], [7, 7], 5, now) is None  # in a step for 3 s: stepping
     assert hung([(80.0, 90.0), (89.0, 89.1), (88.0, 88.1)], [7, 6], 5, now) is None  # nothing owed
+
+
+# -- the inference server as a Ray actor --------------------------------------------------------------------
+
+SERVED_ON_RAY = {"version": 1, "env": {"backend": "toy"}, "topology": {"subcollectors": 2, "workers_per_subcollector": 2},
+                 "policy": {"factory": "topo.policies.tinyvla:make", "placement": "server"},
+                 "placement": {"engine": "ray", "resources": {"cpus": 3}, "server": {"gpus": 1, "custom": {"learner": 1}},
+                               "nodes": [{"name": "sim", "count": 2, "cpus": 3},
+                                         {"name": "learner", "cpus": 4, "gpus": 1, "custom": {"learner": 1}}]}}
+
+
+def test_the_plan_places_the_inference_server_actor_and_packs_it_with_the_subcollectors(tmp_path):
+    path = tmp_path / "served.yaml"
+    path.write_text(yaml.safe_dump(SERVED_ON_RAY))
+    placement = topo.compile_spec(str(path))["placement"]
+    assert placement["server"] == {
+        "resources": {"cpus": 1, "gpus": 1, "memory_gb": None, "custom": {"learner": 1}},
+        "remote_config": {"num_cpus": 1, "num_gpus": 1, "resources": {"learner": 1}}, "node": "learner"}
+    assert [sub["node"] for sub in placement["subcollectors"]] == ["sim#0", "sim#1"]
+    from topo.render import coverage_text
+
+    assert "  inference server: ray actor (1 cpus, 1 gpus, learner 1) -> learner" in coverage_text(
+        topo.compile_spec(str(path))).splitlines()
+    local = {**SERVED_ON_RAY, "placement": {"engine": "ray", "resources": {"cpus": 3}}}
+    local["policy"] = {"factory": "topo.policies.tinyvla:make"}
+    path.write_text(yaml.safe_dump(local))
+    assert topo.compile_spec(str(path))["placement"]["server"] is None  # copies in the subcollectors: no server actor
+
+
+def test_the_served_policy_records_itself_on_the_trainers_queue_under_ray(monkeypatch):
+    from topo.launch import policy
+
+    class Notes(list):
+        put = list.append
+
+    monkeypatch.setattr(ray_placement, "here", lambda: {"node_id": "f" * 32, "hostname": "host-f"})
+    notes = Notes()
+    served = policy.in_server("topo.policies.tinyvla:make", {"action_dim": 4, "image_size": 16, "state_dim": 8}, notes)
+    (note,) = notes
+    assert (note["name"], note["role"], note["pid"], note["actor"]["node_id"]) == ("server", "server", os.getpid(), "f" * 32)
+    assert note["in_keys"] == policy._keys(served.in_keys) and note["out_keys"] == policy._keys(served.out_keys)
+    notes.clear()
+    with pytest.raises(TypeError):
+        policy.in_server("topo.launch.ray_placement:describe", {"rows": []}, notes)  # not a TensorDict policy
+    assert [n["name"] for n in notes] == ["policy-failed"] and "TensorDictModuleBase" in notes[0]["traceback"]
+
+
+def test_a_server_actor_that_stops_answering_alive_is_the_runs_server_died_failure_once():
+    import threading
+
+    from topo.launch import ray_server
+
+    class Server:
+        is_alive = True
+
+    found, told = [], threading.Event()
+    watch = ray_server.Watch(Server, lambda f: (found.append(f), told.set()), "pid 7 on host-b (node bbbbbbbbbbbb)")
+    watch.start()
+    Server.is_alive = False
+    assert told.wait(3 * ray_server.WATCH_EVERY_S)
+    watch.stop()
+    (failure,) = found
+    assert (failure.kind, failure.subcollector, failure.restartable) == ("server-died", None, False)
+    assert "its Ray actor (pid 7 on host-b (node bbbbbbbbbbbb)) no longer answers" in failure.message
+
+
+def test_the_server_actor_is_checked_and_reported_as_a_subcollectors_actor_is():
+    from topo.launch.report import _acting
+
+    (row,) = ray_placement.compare(plan([{"node_b": 0.1}]), [actor("b", {"node_b": 0.1, "CPU": 1})], NODES)
+    row = {**row, "subcollector": None}
+    assert row["problems"] == []
+    assert ray_placement.describe([row]) == [
+        "    server: planned node_b 0.1 -> node bbbbbbbb on host-b, pid 1, gpus none [ok]"]
+    policy = {"placement": "server", "trainer_policy": True, "updates": 2, "server": row}
+    assert _acting(policy, [[2], [2]]).startswith("on one inference server (a Ray actor, pid 1 on host-b, node bbbbbbbb)")
+    from topo.launch import ray_server
+
+    class Server:
+        topo_placement = {**row, "problems": ["its node has no resource 'node_b'"]}
+
+    with pytest.raises(LaunchError, match="the inference server is not where the plan put it: its actor on host-b "
+                                          r"\(node bbbbbbbb\) its node has no resource 'node_b'"):
+        ray_server.verify(Server)

@@ -86,6 +86,8 @@ NAMES: tuple[Name, ...] = (
     Name("policy-server", "torchrl.modules.inference_server", "ProcessInferenceServer", "policy.placement: server"),
     Name("policy-server", "torchrl.modules.inference_server", "PolicyClientModule", "each subcollector's client"),
     Name("policy-server", "torchrl.modules.inference_server", "MPTransport", "the server's transport"),
+    Name("policy-server", "torchrl.modules.inference_server", "InferenceServer",
+         "under placement.engine ray: the server as a Ray actor (service_backend='ray')"),
     Name("replay-buffer-check", "torchrl.data", "ReplayBuffer", "an uninitialised storage is refused (torchrl "
          "would build subcollector 0's envs in the trainer)", kind="instance", members=("_storage",)),
     Name("libero", "torchrl.envs.libs.libero", "LiberoEnv._reset", "builder options around each reset"),

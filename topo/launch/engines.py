@@ -20,6 +20,9 @@ class Engine(Protocol):
     def check(self, plan: dict[str, Any]) -> None:
         """Before anything starts, in the trainer (no torch): raise if the engine cannot be reached."""
 
+    def connect(self, plan: dict[str, Any]) -> None:
+        """Before the policy server and the collector start: join what runs them (a Ray cluster)."""
+
     def build(self, plan: dict[str, Any], **kwargs: Any) -> Any:
         """The collector the trainer iterates; ``kwargs`` hold the policy arguments and torchrl options."""
 
@@ -28,6 +31,9 @@ class Engine(Protocol):
 
     def shutdown(self, collector: Any, timeout: float) -> list[int | None]:
         """Close every env and subcollector within ``timeout``; their exit codes (None: unknown)."""
+
+    def disconnect(self) -> None:
+        """Last, after the policy server too: leave what :meth:`connect` joined (what is left of the run ends)."""
 
 
 def engine_for(plan: dict[str, Any], *, restarts: bool = True) -> Engine:

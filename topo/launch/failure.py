@@ -183,6 +183,12 @@ def node_lost(state: RunState, index: int, held: list[int], where: str, at: floa
                    restart=state.subcollectors[index].restart)
 
 
+def server_actor_died(where: str, at: float) -> Failure:
+    """The inference server's Ray actor no longer answers alive (it died, or its node left the cluster)."""
+    return Failure("server-died", f"policy server ended unexpectedly: its Ray actor ({where}) no longer answers; "
+                   "every subcollector's policy calls it", at)
+
+
 def _globals(state: RunState, index: int) -> list[int]:
     return [row["global_index"] for row in state.plan["subcollectors"][index]["workers"]]
 

@@ -79,6 +79,12 @@ class LocalEngine:
     def check(self, plan: dict[str, Any]) -> None:
         """Nothing to reach."""
 
+    def connect(self, plan: dict[str, Any]) -> None:
+        """Nothing to join."""
+
+    def disconnect(self) -> None:
+        """Nothing to leave."""
+
     def build(self, plan: dict[str, Any], **kwargs: Any):
         """The collector; ``kwargs`` hold the policy arguments and the caller's torchrl options.
 

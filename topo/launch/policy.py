@@ -6,10 +6,11 @@ Two placements (the spec's ``policy.placement``):
   own policy, the copies are wrapped in :class:`VersionedPolicy` and weights move through a torchrl
   weight-sync scheme (``shared_mem`` or ``multiprocess``); the trainer's policy is given to the
   collector as ``policy=`` so that no scheme ever calls the factory in the trainer.
-- ``server``: one torchrl ``ProcessInferenceServer`` builds the policy on its device; each subcollector
-  gets a ``PolicyClientModule`` over its own client; weights go to the server. The server stamps
-  ``policy_version`` itself. A request carries the policy's in_keys only and a reply its out_keys only:
-  each tensor crosses in shared memory of its own (``benchmarks/server_cost.py``).
+- ``server``: one torchrl inference server builds the policy on its device: a ``ProcessInferenceServer`` on
+  this machine, or under Ray an actor placed by the plan's ``placement.server`` (:mod:`.ray_server`); each
+  subcollector gets a ``PolicyClientModule`` over its own client; weights go to the server. The server
+  stamps ``policy_version`` itself. A request carries the policy's in_keys only and a reply its out_keys
+  only: locally each tensor crosses in shared memory of its own (``benchmarks/server_cost.py``).
 
 Either way every batch row carries ``policy_version``: the number of weight updates the acting weights
 had received. The factories below run in the subcollectors and the server (module level: picklable).
@@ -29,7 +30,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
 from ..errors import UsageError
-from ..rundir import RunDir
+from ..rundir import RunDir, record
 from ..worker import import_builder
 
 PLACEMENTS = ("subcollector", "server")
@@ -123,20 +124,31 @@ def _requests(client_, args):
     return (args[0].select(*client_.in_keys),)
 
 
-def in_server(factory: str | Callable, kwargs: dict):
-    """The served policy, built in the server process (its own process group: a Ctrl-C is the trainer's)."""
-    os.setpgid(0, 0)
-    run = RunDir.current()
+def in_server(factory: str | Callable, kwargs: dict, notes=None):
+    """The served policy, built where the server runs: a process of this machine (its own process group: a
+    Ctrl-C is the trainer's), or a Ray actor whose records go to the trainer through ``notes``, a Ray queue
+    (its node may share no filesystem with the trainer: :mod:`.ray_server`)."""
+    if notes is None:
+        os.setpgid(0, 0)
+    note = _server_notes(notes)
     try:
         policy = build(factory, kwargs)
     except BaseException:
-        if run is not None:
-            run.marker("policy-failed", role="server", traceback=traceback.format_exc())
+        note("policy-failed", role="server", traceback=traceback.format_exc())
         raise
-    if run is not None:
-        run.marker("server", role="server", in_keys=_keys(policy.in_keys), out_keys=_keys(policy.out_keys))
+    note("server", role="server", in_keys=_keys(policy.in_keys), out_keys=_keys(policy.out_keys))
     policy.register_forward_hook(_replies)
     return policy
+
+
+def _server_notes(notes) -> Callable[..., None]:
+    """How the server records a marker: into the run directory, or onto the trainer's queue (a Ray actor)."""
+    if notes is not None:
+        from .ray_placement import here
+
+        return lambda name, **fields: notes.put(record(name, **fields, actor=here()))
+    run = RunDir.current()
+    return run.marker if run is not None else lambda name, **fields: None
 
 
 def client(client_, in_keys: list, out_keys: list):
@@ -171,7 +183,8 @@ class Placement:
         self.server = None
         self.transport = None
         self.scheme = None
-        self.served: dict | None = None  # the server's keys (server placement), for the clients of restarts
+        self.served: dict | None = None  # the server's record: its keys (for the clients of restarts), pid, host
+        self._new_client: Callable | None = None  # a new client of the server
         self.updates: list[float] = []  # seconds each weight update took
 
     @property
@@ -186,24 +199,36 @@ class Placement:
             raise UsageError(f"policy= must be a tensordict TensorDictModuleBase, got {type(self.trainer_policy).__name__}:"
                             " wrap it in tensordict.nn.TensorDictModule(module, in_keys=..., out_keys=...)")
 
-    def start_server(self, startup_timeout: float) -> None:
-        """``placement: server``: the inference server, built and ready (its factory ran in its process)."""
+    def start_server(self, startup_timeout: float, run: RunDir, actor: dict[str, Any] | None = None,
+                     on_death: Callable | None = None) -> None:
+        """``placement: server``: the inference server, built and ready (its factory ran where it runs): a process
+        of this machine, or with ``actor`` (the plan's ``placement.server``) a Ray actor whose death is handed
+        to ``on_death`` while the run collects (:mod:`.ray_server`)."""
         if self.setup.placement != "server":
             return
-        import multiprocessing
+        if actor is not None:
+            from . import ray_server
 
-        from torchrl.modules.inference_server import MPTransport, ProcessInferenceServer
+            self.server = ray_server.start(functools.partial(in_server, self.setup.factory, self.setup.kwargs),
+                                           self.setup.device, actor, startup_timeout, run, on_death)
+            ray_server.verify(self.server)
+            self._new_client = self.server.client
+        else:
+            import multiprocessing
 
-        ctx = multiprocessing.get_context("spawn")
-        # manager-backed: a restarted subcollector's client, made after the server started, is registered there
-        # (each request and reply then takes two more hops: benchmarks/server_cost.py)
-        self.transport = MPTransport(ctx=ctx, use_manager=True)
-        self._clients = [self.transport.client() for _ in range(self.n)]
-        self.server = ProcessInferenceServer(
-            policy_factory=functools.partial(in_server, self.setup.factory, self.setup.kwargs),
-            transport=self.transport, policy_device=self.setup.device, mp_context=ctx,
-            startup_timeout=max(1.0, startup_timeout))
-        self.server.start()
+            from torchrl.modules.inference_server import MPTransport, ProcessInferenceServer
+
+            ctx = multiprocessing.get_context("spawn")
+            # manager-backed: a restarted subcollector's client, made after the server started, is registered there
+            # (each request and reply then takes two more hops: benchmarks/server_cost.py)
+            self.transport = MPTransport(ctx=ctx, use_manager=True)
+            self._new_client = self.transport.client
+            self.server = ProcessInferenceServer(
+                policy_factory=functools.partial(in_server, self.setup.factory, self.setup.kwargs),
+                transport=self.transport, policy_device=self.setup.device, mp_context=ctx,
+                startup_timeout=max(1.0, startup_timeout))
+            self.server.start()
+        self._clients = [self._new_client() for _ in range(self.n)]
 
     def collector_kwargs(self, run: RunDir) -> dict[str, Any]:
         """``policy_factory`` (one per subcollector), ``policy`` and the weight-sync scheme, as the placement needs."""
@@ -238,7 +263,7 @@ class Placement:
         the answer to a request its process never read); None: the factory its first start had."""
         if self.setup.placement != "server":
             return None
-        return self._client_factory(self.transport.client())
+        return self._client_factory(self._new_client())
 
     def update(self, collector, policy_or_weights=None) -> int:
         """Push the trainer's weights (or ``policy_or_weights``) to every copy; returns the new version."""
@@ -280,6 +305,9 @@ class Placement:
         if self.scheme is not None:
             self.scheme.shutdown()
         if self.server is not None:
+            watch = getattr(self.server, "topo_watch", None)
+            if watch is not None:
+                watch.stop()  # its end is the run's, not a death
             self.server.shutdown(timeout=timeout)
         if self.transport is not None:
             self.transport.close()
@@ -287,6 +315,9 @@ class Placement:
     def describe(self) -> dict[str, Any]:
         out = self.setup.describe()
         ups = self.updates
+        placed = getattr(self.server, "topo_placement", None)
+        if placed is not None:
+            out["server"] = placed  # the Ray actor's planned and actual node (:mod:`.ray_server`)
         out.update(trainer_policy=self.trainer_policy is not None, updates=len(ups),
                    update_s=None if not ups else {"min": round(min(ups), 4), "mean": round(sum(ups) / len(ups), 4),
                                                    "max": round(max(ups), 4)})

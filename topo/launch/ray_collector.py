@@ -350,25 +350,30 @@ class RayEngine:
     def check(self, plan: dict[str, Any]) -> None:
         check_reachable(plan["placement"])
 
-    def build(self, plan: dict[str, Any], **kwargs: Any) -> RayTopology:
-        """Connect to the plan's cluster, then a ``RayCollector`` whose actors hold their resources and built envs,
-        the trainer's weights, and stand where the plan put them (else a LaunchError naming the subcollector).
-
-        ``ray.init`` runs here, not in ``RayCollector``, so that a failure names the address; the actors'
-        envs are built when this returns (RayCollector waits on every actor before it returns).
-        Sync: each actor collects ``frames_per_batch / subcollectors`` frames and the batch stacks them;
-        async: each batch is one actor's ``frames_per_batch``, as with the local multi collectors.
-        Whatever fails here ends what it started: the actors and the driver's connection.
-        """
+    def connect(self, plan: dict[str, Any]) -> None:
+        """Join the plan's cluster (``ray.init`` here, not in torchrl, so that a failure names the address); the
+        job's runtime_env reaches every actor of the run: the subcollectors' and the inference server's."""
         import ray
 
+        if ray.is_initialized():
+            return
         placement = plan["placement"]
-        deadline = time.monotonic() + plan["launch"]["startup_timeout"]
         try:
             ray.init(address=placement["address"], runtime_env=runtime_env(plan), log_to_driver=True)
         except (ConnectionError, RuntimeError, ValueError) as err:
             reason = str(err).rstrip(".")
             raise LaunchError(f"cannot connect to the Ray cluster at {placement['address']!r}: {reason}; {HINT}") from None
+
+    def build(self, plan: dict[str, Any], **kwargs: Any) -> RayTopology:
+        """A ``RayCollector`` whose actors hold their resources and built envs, the trainer's weights, and stand
+        where the plan put them (else a LaunchError naming the subcollector).
+
+        The actors' envs are built when this returns (RayCollector waits on every actor before it returns).
+        Sync: each actor collects ``frames_per_batch / subcollectors`` frames and the batch stacks them;
+        async: each batch is one actor's ``frames_per_batch``, as with the local multi collectors.
+        Whatever fails here ends the actors it started.
+        """
+        deadline = time.monotonic() + plan["launch"]["startup_timeout"]
         topology = None
         try:
             topology = self._collector(plan, kwargs)
@@ -376,9 +381,7 @@ class RayEngine:
         except BaseException:
             if topology is not None:
                 self.shutdown(topology, plans.shutdown_budget(plan))
-            else:
-                ray.shutdown()  # the job ends: Ray ends the actors it had started
-            raise
+            raise  # actors torchrl made before it raised end with the job (disconnect)
         return topology
 
     def _collector(self, plan: dict[str, Any], kwargs: dict[str, Any]) -> RayTopology:
@@ -415,7 +418,9 @@ class RayEngine:
             collector_class=NodeCollector,  # one env per actor: its ParallelEnv (no extra process layer)
             collector_kwargs=collector_kwargs,
             remote_configs=[sub["remote_config"] for sub in placement["subcollectors"]],
-            weight_sync_schemes={"policy": scheme} if scheme is not None else None,
+            # an inference server's actor holds the policy's weights (the trainer pushes them there): the actors' clients
+            # need no scheme, and torchrl's default one would make a gloo group for them
+            weight_sync_schemes={"policy": scheme} if scheme is not None else {} if placement.get("server") else None,
             **kwargs,
         )
         topology = RayTopology(collector, plan)
@@ -449,8 +454,8 @@ class RayEngine:
         topology.recovery = recovery
 
     def shutdown(self, topology: RayTopology, timeout: float) -> list[None]:
-        """Close every actor's env, bring their nodes' last records, then end the actors and disconnect, within
-        ``timeout`` seconds overall.
+        """Close every actor's env, bring their nodes' last records, then end the actors, within ``timeout``
+        seconds overall (the inference server's actor, if any, is the run's to end, then :meth:`disconnect`).
 
         ``RayCollector.shutdown`` only kills the actors (no env ``close()`` would run): each actor's own
         collector shuts down first. Actors have no exit code: one ``None`` per subcollector.
@@ -466,5 +471,10 @@ class RayEngine:
         if topology.puller is not None:
             topology.puller.pull(timeout=max(1.0, (deadline - time.monotonic()) / 2), remove=True)
         topology.collector.shutdown(timeout=max(0.0, deadline - time.monotonic()))
-        ray.shutdown()
         return [None] * len(actors)
+
+    def disconnect(self) -> None:
+        """The job ends: Ray ends whatever actor of it is left."""
+        import ray
+
+        ray.shutdown()

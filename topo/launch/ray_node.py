@@ -28,7 +28,7 @@ from torchrl.collectors import Collector
 
 from .. import heartbeat
 from ..rundir import RESTART_VAR, RUN_DIR_VAR
-from . import boundary
+from . import boundary, ray_placement
 from .ray_records import NODE_RUNS, appended, records_dir
 
 
@@ -128,13 +128,7 @@ class NodeCollector(Collector):
 
     def topo_node(self) -> dict[str, Any]:
         """Where this actor runs: node id, host, pid, the resources Ray assigned it, its GPUs, its run directory."""
-        import ray
-
-        context = ray.get_runtime_context()
-        return {"node_id": self._topo_node_id, "hostname": socket.gethostname(), "pid": os.getpid(),
-                "assigned": dict(context.get_assigned_resources()),
-                "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "run_dir": self._topo_run_dir}
+        return {**ray_placement.here(), "run_dir": self._topo_run_dir}
 
     def topo_files(self, known: dict[str, tuple[int, int]], remove: bool = False) -> list[tuple[str, int, int, bytes, int]]:
         """The files of this node's run directory that ``known`` (relative path -> (mtime_ns, size), what the

@@ -9,9 +9,22 @@ shows (a runtime_env that overrides it hides Ray's assignment).
 """
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any
 
 from ..errors import LaunchError
+
+
+def here() -> dict[str, Any]:
+    """In a Ray actor: where it runs, as :func:`compare` reads it (node id, host, pid, the resources Ray assigned
+    it, its GPUs and ``CUDA_VISIBLE_DEVICES``)."""
+    import ray
+
+    context = ray.get_runtime_context()
+    return {"node_id": context.get_node_id(), "hostname": socket.gethostname(), "pid": os.getpid(),
+            "assigned": dict(context.get_assigned_resources()), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
 
 def compare(plan: dict[str, Any], actors: list[dict], node_totals: dict[str, dict]) -> list[dict[str, Any]]:
@@ -56,14 +69,15 @@ def verify(rows: list[dict[str, Any]]) -> None:
 
 
 def describe(rows: list[dict[str, Any]]) -> list[str]:
-    """The report's lines: each subcollector's planned node and resources beside its actor's node."""
+    """The report's lines: each actor's planned node and resources beside its node (a subcollector's, the server's)."""
     out = []
     for row in rows:
         planned, actual = row["planned"], row["actual"]
         asked = ", ".join(f"{k} {v:g}" for k, v in planned["custom"].items()) or "no custom resource"
         where = f" ({planned['node']})" if planned["node"] else ""
         status = "ok" if not row["problems"] else "MISMATCH: " + "; ".join(row["problems"])
-        out.append(f"    sub{row['subcollector']}: planned {asked}{where} -> node {actual['node_id'][:12]} on "
+        who = "server" if row["subcollector"] is None else f"sub{row['subcollector']}"
+        out.append(f"    {who}: planned {asked}{where} -> node {actual['node_id'][:12]} on "
                    f"{actual['hostname']}, pid {actual['pid']}, gpus {actual['gpu_ids'] or 'none'} [{status}]")
     return out
 

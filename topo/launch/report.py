@@ -358,7 +358,8 @@ def human(s: dict) -> str:
     lines += _evaluation(s.get("evaluation"))
     if s.get("actors"):
         lines.append("  actors, planned -> actual:")
-        lines += ray_placement.describe(s["actors"])
+        lines += ray_placement.describe(s["actors"] + ([s["policy"]["server"]] if (s.get("policy") or {}).get("server")
+                                                       else []))
     checks = Counter(entry["status"] for entry in s["first_batch"])
     lines.append("  first batch vs plan: " + ", ".join(f"{n} {status}" for status, n in sorted(checks.items()))
                  + (f"; seeds: {len(s['seeds']['mismatches'])} mismatch(es) of {s['seeds']['checked']}"))
@@ -426,6 +427,9 @@ def human_memory(m: dict | None) -> str:
 def _acting(policy: dict, versions: list) -> str:
     """Where the policy acted and which weights: e.g. ``in each subcollector, weights by shared_mem: 3 update(s)...``."""
     where = "on one inference server" if policy["placement"] == "server" else "in each subcollector"
+    served = (policy.get("server") or {}).get("actual")
+    if served:
+        where += f" (a Ray actor, pid {served['pid']} on {served['hostname']}, node {served['node_id'][:12]})"
     if not policy["trainer_policy"]:
         return f"{where}, with the factory's weights (no trainer policy to push)"
     how = "" if policy["placement"] == "server" else f", weights by {policy['weight_sync']}"

@@ -213,8 +213,10 @@ class Run:
                 multiprocessing.set_start_method(self.plan["start_methods"]["subcollectors"], force=True)
                 kwargs = dict(self.collector_kwargs)
                 kwargs.update(observe.hooks_with(kwargs.get("pre_collect_hook"), kwargs.get("post_collect_hook")))
+                self.engine.connect(self.plan)
                 if self.placement is not None:
-                    self.placement.start_server(self.startup_timeout - self.state.elapsed(time.time()))
+                    self.placement.start_server(self.startup_timeout - self.state.elapsed(time.time()), self.state.run,
+                                                actor=self.plan["placement"].get("server"), on_death=self.monitor.submit)
                     kwargs.update(self.placement.collector_kwargs(self.state.run))
                 self.collector = self.engine.build(self.plan, **kwargs)
                 if "restarts" in self.engine.capabilities:
@@ -273,7 +275,7 @@ class Run:
 
     def _graceful(self, deadline: teardown.Deadline) -> None:
         """The eval process closes its run; the engine closes envs and subcollectors (or, never built, they are
-        ended); then the policy server."""
+        ended); then the policy server; then the engine leaves its cluster."""
         if self.eval is not None:
             self.eval.close(deadline.left() - plans.shutdown_budget(self.plan, evaluation=False))
         if self.collector is not None:
@@ -284,8 +286,11 @@ class Run:
                 self.recovery.close()
         else:
             self.down.killed += teardown.abort(self.state.run.path, os.getpid())
-        if self.placement is not None:
-            self.placement.shutdown(deadline.left("server"))
+        try:
+            if self.placement is not None:
+                self.placement.shutdown(deadline.left("server"))
+        finally:
+            self.engine.disconnect()
 
     def _write_report(self) -> None:
         self.report = Report.of(Outcome(

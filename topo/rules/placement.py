@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..diagnostics import Diagnostic, error, ids_text, warning
-from ..placement import Resources, fits, pack, resources
+from ..placement import Resources, fits, pack, requests_with_server, resources, server_resources, serves_on_ray
 from ..spec import Node, Spec
 from .context import Context
 
@@ -58,6 +58,12 @@ def placement(spec: Spec, ctx: Context) -> list[Diagnostic]:
         if kinds and not any(fits(kind, r, {}) for kind in kinds):
             add(error, "placement-unsatisfiable", f"{{who}} {{asks}} for {_describe(r)}, more than any declared node "
                 f"has ({_shortfall(r, kinds)})", where, "ask for less, or declare a larger node", c)
+    if serves_on_ray(spec):
+        out += _server(spec, kinds)
+    elif spec.wrote("placement", "server"):
+        out.append(warning("placement-server-ignored", "placement.server places the inference server's actor, but "
+                           "policy.placement is not server: nothing uses it", ("placement", "server"),
+                           "set policy.placement: server, or remove placement.server"))
     for (make, code, message, where, hint), subs in found.items():
         who = f"subcollector {subs[0]}" if len(subs) == 1 else f"subcollectors {ids_text(subs)}"
         one = len(subs) == 1
@@ -65,7 +71,26 @@ def placement(spec: Spec, ctx: Context) -> list[Diagnostic]:
         out.append(make(code, message.format(who=who, asks=verbs["ask"], renders=verbs["render"], runs=verbs["run"]),
                         where, hint))
     if kinds:
-        out += _paper_check(spec, requests, kinds)
+        out += _paper_check(spec, requests_with_server(spec), kinds)
+    return out
+
+
+def _server(spec: Spec, kinds: tuple[Node, ...]) -> list[Diagnostic]:
+    """The inference server's actor: its policy device is one of its own GPUs; some declared node holds it."""
+    r = server_resources(spec)
+    where = ("placement", "server")
+    out = []
+    device = spec.policy.device or "cpu"
+    if device.startswith("cuda"):
+        index = int(device.partition(":")[2] or 0)
+        if r.gpus < index + 1:
+            out.append(error("placement-server-device-not-visible", f"the policy runs on {device} in the inference "
+                             f"server's actor, which asks for {r.gpus:g} GPU(s); a Ray actor sees only its own GPUs, "
+                             f"numbered from 0 (it needs gpus >= {index + 1})", where + ("gpus",),
+                             "ask for gpus: 1 in placement.server, and use policy.device: cuda (its GPU 0)"))
+    if kinds and not any(fits(kind, r, {}) for kind in kinds):
+        out.append(error("placement-unsatisfiable", f"the inference server asks for {_describe(r)}, more than any "
+                         f"declared node has ({_shortfall(r, kinds)})", where, "ask for less, or declare a larger node"))
     return out
 
 
@@ -78,11 +103,14 @@ def _paper_check(spec: Spec, requests: list[Resources], kinds: tuple[Node, ...])
     where = pack(requests, kinds)
     homeless = [c for c, n in enumerate(where) if n is None]
     if homeless:
+        subs = [c for c in homeless if c < spec.subcollectors]  # the last request may be the inference server's
+        who = " and ".join(([f"subcollector(s) {ids_text(subs)}"] if subs else [])
+                           + (["the inference server"] if spec.subcollectors in homeless else []))
         keys = ["cpus", "gpus", "memory_gb"] + sorted({k for r in requests for k, _ in r.custom})
         total = {key: sum(_amount(r, key) for r in requests) for key in keys}
         cap = {key: sum((kind.capacity(key) or 0) * kind.count for kind in kinds) for key in keys}
         arithmetic = ", ".join(f"{key} {total[key]:g} asked / {cap[key]:g} declared" for key in keys if total[key])
-        out.append(error("placement-unsatisfiable", f"subcollector(s) {ids_text(homeless)} fit on no node once the others "
+        out.append(error("placement-unsatisfiable", f"{who} fit on no node once the others "
                          f"are placed ({arithmetic})", path, "declare more nodes, or ask for less per subcollector"))
     return out
 

@@ -26,9 +26,4 @@ def policy(spec: Spec, ctx: Context) -> list[Diagnostic]:
         out.append(error("policy-weight-sync-with-server", "weight_sync chooses how subcollector copies receive weights; "
                          "with placement: server, weights go to the server", ("policy", "weight_sync"),
                          "remove weight_sync, or use placement: subcollector"))
-    engine = spec.placement.engine
-    if p.placement == "server" and engine != "local":
-        out.append(error("policy-server-not-local", f"placement: server runs one inference server on this machine; "
-                         f"placement.engine {engine!r} spreads subcollectors over nodes", ("policy", "placement"),
-                         "use placement: subcollector (each actor builds its copy)"))
     return out
