@@ -301,9 +301,11 @@ def served_spec(address: str) -> dict:
 def test_the_inference_server_runs_as_a_ray_actor_on_the_node_the_plan_names(cluster, tmp_path):
     """policy.placement: server with placement.server on node_b: torchrl's InferenceServer (service_backend ray) is an
     actor there, both subcollectors' actors call it, every batch carries the version pushed last with the trainer's
-    actions; its record reaches the report through Ray; nothing of it is left after the run."""
+    actions, sub1 restarted (env worker 1 killed) with a new client included; its record reaches the report through
+    Ray; nothing of it is left after the run."""
     data = served_spec(cluster.address)
-    events, s = run_trainer(tmp_path, cluster.address, "served", "--placement", "server", spec_data=data)
+    events, s = run_trainer(tmp_path, cluster.address, "served", "--placement", "server", "--then", "kill-worker",
+                            "--restarts", "1", spec_data=data)
     stderr = (tmp_path / "served.stderr").read_text()
     assert [e for e in events if e["event"] == "launch-error"] == []
     batches = [e for e in events if e["event"] == "batch"]
@@ -315,8 +317,10 @@ def test_the_inference_server_runs_as_a_ray_actor_on_the_node_the_plan_names(clu
     assert policy["server"]["problems"] == [] and policy["server"]["planned"]["custom"] == {"node_b": 0.1}
     assert server["node_id"] == s["actors"][1]["actual"]["node_id"] != s["actors"][0]["actual"]["node_id"]  # node_b
     assert s["processes"]["server_pid"] == server["pid"] not in (s["processes"]["trainer_pid"], *s["processes"]["subcollector_pids"])
-    assert s["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 4}
-    assert s["env_closes"] == {"constructed": 4, "closed": 4} and s["processes"]["alive_after"] == []
+    (restart,) = s["restarts"]
+    assert (restart["subcollector"], restart["cause"]["kind"], restart["outcome"]) == (1, "worker-died", "collecting")
+    assert s["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 6}
+    assert s["processes"]["alive_after"] == []
     assert not psutil.pid_exists(server["pid"])
     assert "    server: planned node_b 0.1 -> node " in stderr
 

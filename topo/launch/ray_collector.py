@@ -204,7 +204,8 @@ class RayTopology:
             restart, rows = self.recovery.restarting(c)
             old = self.actors[c]
             _end(old)
-            actor = self.collector.replace(c, env_factory(self.plan, c, rows), restart)
+            # the server's client of the old actor may hold the answer to a request it never read: a new one
+            actor = self.collector.replace(c, env_factory(self.plan, c, rows), restart, self.recovery.restart_policy(c))
             try:
                 node = self._wait(c, actor.topo_node.remote())
                 if self.scheme is not None:

@@ -25,11 +25,14 @@ class RespawningRayCollector(RayCollector):
                            for i, (params, config) in enumerate(zip(collector_kwargs, remote_configs))]
         return super().add_collectors(create_env_fn, num_envs, policy, collector_kwargs, remote_configs)
 
-    def replace(self, index: int, env_factory: Callable, restart: int) -> Any:
+    def replace(self, index: int, env_factory: Callable, restart: int, policy_factory: Callable | None = None) -> Any:
         """A new actor for subcollector ``index`` in the old one's place (which the caller ends), building its
-        env with ``env_factory``; its processes' records carry ``restart``."""
+        env with ``env_factory`` and, when given, its policy with ``policy_factory`` (a new client of the inference
+        server); its processes' records carry ``restart``."""
         policy, params, config = self._topo_made[index]
         params = {**params, "worker_idx": index, "topo_records": {**params["topo_records"], "restart": restart}}
+        if policy_factory is not None:
+            params["policy_factory"] = policy_factory
         actor = self._make_collector(self.collector_class.as_remote(config).remote, env_maker=env_factory,
                                      policy=policy, other_params=params)
         boundary.ray_remote_collectors(self)[index] = actor
