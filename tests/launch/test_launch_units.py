@@ -170,6 +170,17 @@ def test_startup_timeout_names_what_each_worker_was_doing(tmp_path):
     assert state.phase is Phase.STARTING
 
 
+def test_a_startup_timeout_under_ray_before_any_record_points_at_pending_actors(tmp_path):
+    state = state_with(tmp_path)
+    state.watch_workers = False  # placement.engine: ray
+    message = failure.startup_timeout(state, 30, now=132.0).message
+    assert message.startswith("startup deadline of 30s passed: 4 of 4 env workers not ready: sub0/w0 not started")
+    assert message.endswith("an actor waits, unstarted, for resources no node has free: `ray status` lists the "
+                            "pending demands")
+    state.watch_workers = True
+    assert "ray status" not in failure.startup_timeout(state, 30, now=132.0).message
+
+
 def test_an_env_built_in_the_trainer_counts_as_the_trainers(tmp_path):
     state = state_with(tmp_path, sub(0, 1, 101), sub(0, 10, 102))  # pid 1 is the trainer here
     assert state.subcollectors[0].pid == 10 and state.subcollectors[0].built_elsewhere == [1]

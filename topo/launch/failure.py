@@ -212,6 +212,9 @@ def startup_timeout(state: RunState, timeout: float, now: float) -> Failure:
                f"not ready: " + "; ".join(names))
     if not waiting:
         message = f"startup deadline of {timeout:g}s passed: every env worker was built, the collector was not ready"
+    elif not state.watch_workers and all(w.pid is None for w in waiting):  # Ray, no record of any worker yet
+        message += ("; under Ray the actors' records reach the trainer once every actor is up, and an actor waits, "
+                    "unstarted, for resources no node has free: `ray status` lists the pending demands")
     if len(waiting) == 1:
         return _at_worker(waiting[0], "startup-timeout", message, now)
     return Failure("startup-timeout", message, now)
