@@ -124,27 +124,35 @@ def held(plan: dict, resources: dict[str, float]) -> list[int]:
 
 
 def check_placement(plan: dict, nodes: dict[str, tuple[str, dict[str, float]]]) -> list[Check]:
-    """Per subcollector that asks for custom resources, the nodes that have them (none: FAIL); one line for those
-    that ask for none. ``nodes``: node id -> (host name, custom resources)."""
+    """Per subcollector that asks for custom resources, and for the inference server's actor, the nodes that have
+    them (none: FAIL); one line for the subcollectors that ask for none. ``nodes``: node id -> (host name, custom
+    resources)."""
     checks, anywhere = [], []
     for i, sub in enumerate(plan["placement"]["subcollectors"]):
-        custom = sub["resources"]["custom"]
-        if not custom:
-            anywhere.append(i)
-            continue
-        asked = _amounts(custom)
-        where = [f"{node_id[:12]} ({host})" for node_id, (host, resources) in nodes.items() if i in held(plan, resources)]
-        if not where:
-            checks.append(Check("placement", FAIL, f"subcollector {i} asks for {asked}: no node of the cluster has it",
-                                f"start a node that has it (`ray start --address=HEAD:6379 --resources="
-                                f"'{json.dumps(custom)}'`), or ask for another resource (placement.overrides)"))
+        if sub["resources"]["custom"]:
+            checks.append(_holders(f"subcollector {i}", sub["resources"]["custom"], nodes, "placement.overrides"))
         else:
-            have = f"node {where[0]} has it" if len(where) == 1 else f"nodes {', '.join(where)} have it"
-            checks.append(Check("placement", OK, f"subcollector {i} asks for {asked}: {have}"))
+            anywhere.append(i)
     if anywhere:
         checks.append(Check("placement", OK, f"{_subs(anywhere)} {_asks(anywhere)} for no custom resource: Ray may "
                             f"place {'it' if len(anywhere) == 1 else 'them'} on any of the {len(nodes)} node(s)"))
+    server = plan["placement"].get("server")
+    if server and server["resources"]["custom"]:
+        checks.append(_holders("the inference server", server["resources"]["custom"], nodes, "placement.server"))
     return checks
+
+
+def _holders(who: str, custom: dict[str, float], nodes: dict[str, tuple[str, dict[str, float]]], key: str) -> Check:
+    """Which nodes have every custom resource ``who`` asks for, in that amount (none: FAIL)."""
+    asked = f"{who} asks for {_amounts(custom)}"
+    where = [f"{node_id[:12]} ({host})" for node_id, (host, resources) in nodes.items()
+             if all(resources.get(name, 0) >= amount for name, amount in custom.items())]
+    if not where:
+        return Check("placement", FAIL, f"{asked}: no node of the cluster has it",
+                     f"start a node that has it (`ray start --address=HEAD:6379 --resources='{json.dumps(custom)}'`), "
+                     f"or ask for another resource ({key})")
+    have = f"node {where[0]} has it" if len(where) == 1 else f"nodes {', '.join(where)} have it"
+    return Check("placement", OK, f"{asked}: {have}")
 
 
 def check_node_memory(plan: dict, subcollectors: list[int], available_gb: float) -> Check:

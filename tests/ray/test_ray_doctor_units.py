@@ -48,6 +48,20 @@ def test_placement_names_the_nodes_that_hold_each_subcollector_and_fails_one_tha
     assert both[0].detail.endswith("nodes aaaaaaaaaaaa (host-a), bbbbbbbbbbbb (host-b) have it")
 
 
+def test_placement_names_the_node_that_holds_the_inference_servers_actor():
+    spec = two_node_spec("127.0.0.1:6379")
+    spec["policy"] = {"factory": "topo.policies.tinyvla:make", "placement": "server"}
+    spec["placement"]["server"] = {"gpus": 1, "custom": {"learner": 1}}
+    plan = compile_dict(spec)
+    nodes = {A: ("host-a", {"node_a": 1.0}), B: ("host-b", {"node_b": 1.0})}
+    last = check_placement(plan, nodes)[-1]
+    assert (last.status, last.detail) == (FAIL, "the inference server asks for learner 1: no node of the cluster has it")
+    assert last.hint.endswith("or ask for another resource (placement.server)")
+    nodes[B] = ("host-b", {"node_b": 1.0, "learner": 1.0})
+    last = check_placement(plan, nodes)[-1]
+    assert (last.status, last.detail) == (OK, "the inference server asks for learner 1: node bbbbbbbbbbbb (host-b) has it")
+
+
 def test_a_nodes_memory_counts_the_subcollectors_it_holds_and_those_that_may_land_anywhere():
     plan = ray_plan({"node_a": 1}, {"node_b": 1}, {}, workers=4)
     pinned = check_node_memory(plan, [0], 16.0)  # toy: 4 x 0.4 + 1 collector x 0.4
