@@ -99,11 +99,11 @@ def requests_with_server(spec: Spec) -> list[Resources]:
 
 def plan_section(spec: Spec) -> dict[str, Any]:
     """The placement part of a plan: engine, address, runtime_env, run_dir, per subcollector its request and
-    node, and the inference server's (None unless it is a Ray actor)."""
+    node, the inference server's (None unless it is a Ray actor), and under Ray the default request."""
     placement = spec.placement
     requests = requests_with_server(spec)
     where = pack(requests, placement.nodes) if placement.nodes else [None] * len(requests)
-    placed = [{"resources": r.to_dict(), "remote_config": r.remote_config(), "node": n} for r, n in zip(requests, where)]
+    placed = [_placed(r, n) for r, n in zip(requests, where)]
     return {
         "engine": placement.engine,
         "address": placement.address,
@@ -111,4 +111,10 @@ def plan_section(spec: Spec) -> dict[str, Any]:
         "run_dir": placement.run_dir,
         "subcollectors": placed[:spec.subcollectors],
         "server": placed[spec.subcollectors] if serves_on_ray(spec) else None,
+        # what an actor no override names asks for: each eval subcollector's, under Ray (topo.launch.evaluation)
+        "default": _placed(Resources.merge(Resources(), placement.resources), None) if placement.engine == "ray" else None,
     }
+
+
+def _placed(r: Resources, node: str | None) -> dict[str, Any]:
+    return {"resources": r.to_dict(), "remote_config": r.remote_config(), "node": node}

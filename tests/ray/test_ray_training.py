@@ -340,6 +340,34 @@ def test_a_killed_server_actor_ends_the_run_named_and_leaves_nothing(cluster, tm
     assert s["processes"]["alive_after"] == [] and of_run(s["run_dir"]) == []
 
 
+def test_evaluation_runs_its_held_out_episodes_on_the_cluster_too(cluster, tmp_path):
+    """A spec with an eval section under engine ray: the eval process's collector is a Ray job of its own, one actor
+    per eval subcollector asking for placement.resources (the overrides' pins are the training actors'), each round
+    written on the actors' nodes; every planned eval episode ends once per round with that round's weights, and no
+    process of either run is left."""
+    data = two_node_spec(cluster.address)
+    data["policy"] = {"factory": "topo.policies.tinyvla:make", "kwargs": {"action_dim": 4, "image_size": 16, "state_dim": 8}}
+    data["eval"] = {"tasks": [2, 3], "trials": 1, "workers": 2, "max_episode_steps": 6, "every": 2}
+    spec = tmp_path / "eval.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    done = subprocess.run([sys.executable, str(TRAINER.with_name("eval_trainer.py")), str(spec), "--report",
+                           str(tmp_path / "report"), "--iterations", "2"], capture_output=True, text=True,
+                          env={**ENV, "PYTHONPATH": str(ROOT)}, timeout=HANG_GUARD_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = list(events_of(done.stdout.splitlines()))
+    (report,) = [e for e in events if e["event"] == "report"]
+    # eval.every 2, then a blocking round, then two background ones (the second skipped: busy); each acted with the
+    # weights of its own round (the eval run's versions count its rounds)
+    assert [(r["round"], r["policy_version"], r["acting_version"], r["episodes"], r["planned"])
+            for r in report["evaluations"]] == [(1, 2, 1, 2, 2), (2, 2, 2, 2, 2), (3, 2, 3, 2, 2)]
+    s = report["summary"]
+    collector = s["evaluation"]["collector"]
+    assert collector["ok"] and collector["topology"]["engine"] == "ray", collector
+    assert collector["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 2}
+    assert collector["env_closes"] == {"constructed": 2, "closed": 2}
+    assert s["processes"]["alive_after"] == [] and of_run(s["run_dir"]) == []
+
+
 def test_a_lost_node_is_named_with_its_actors_and_plan_rows(nodes, tmp_path):
     """node_b's raylet killed mid-run: the run fails (exit 1) naming the node, its actor and plan rows (no node
     left can hold what the plan pins there), and leaves nothing on the node that is still up. The module's last

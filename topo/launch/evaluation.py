@@ -40,8 +40,9 @@ FINISHED = ("eval_episode", "eval_round", "eval_init_state", "eval_success", "ev
 
 
 def run_plan(plan: dict[str, Any]) -> dict[str, Any]:
-    """The plan of ``plan``'s eval collector: its eval rows as subcollectors, sync batches, and the policy as
-    ``eval.policy`` places it: a copy in each eval subcollector, or one inference server of its own for them."""
+    """The plan of ``plan``'s eval collector: its eval rows as subcollectors, sync batches, the policy as
+    ``eval.policy`` places it (a copy in each eval subcollector, or one inference server of its own for them),
+    and under Ray one actor per eval subcollector."""
     section = plan["eval"]
     out = {key: copy.deepcopy(value) for key, value in plan.items() if key not in ("eval", "subcollectors", "coverage")}
     subs = []
@@ -53,6 +54,16 @@ def run_plan(plan: dict[str, Any]) -> dict[str, Any]:
                collector={"sync": True, "frames_per_batch": STEPS_PER_BATCH * workers, "total_frames": -1})
     if out.get("policy"):
         out["policy"] = {**out["policy"], "placement": "server" if section.get("policy") == "server" else "subcollector"}
+    placement = out.get("placement")
+    if placement and placement["engine"] == "ray":
+        # under Ray, each eval subcollector asks for placement.resources (the overrides name training subcollectors:
+        # their pinned resources are held by the training's actors); a server of the eval's own, for placement.server
+        if not placement.get("default"):
+            raise UsageError("this plan was saved by a topo that did not place eval actors on Ray: compile it again "
+                             "(topo plan SPEC -o plan.json)")
+        served = (out.get("policy") or {}).get("placement") == "server"
+        out["placement"] = {**placement, "subcollectors": [placement["default"]] * len(subs),
+                            "server": placement.get("server") if served else None}
     return out
 
 
@@ -111,6 +122,7 @@ class Evaluation:
             self.policy_weights(weights)
         acting = self.run.update_weights()
         start_eval_round(self.run.state.run, number)
+        self.run.engine.start_eval_round(self.run.collector, number)
         started = time.monotonic()
         planned = {ep["episode"]: (sub["index"], row["index"], ep)
                    for sub in self.section["subcollectors"] for row in sub["workers"] for ep in row["episodes"]}

@@ -85,6 +85,9 @@ class LocalEngine:
     def disconnect(self) -> None:
         """Nothing to leave."""
 
+    def start_eval_round(self, collector, number: int) -> None:
+        """The env workers read the run directory itself."""
+
     def build(self, plan: dict[str, Any], **kwargs: Any):
         """The collector; ``kwargs`` hold the policy arguments and the caller's torchrl options.
 

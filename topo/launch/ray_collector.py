@@ -24,6 +24,7 @@ from . import failure as failures, plans, processes
 CONNECT_TIMEOUT_S = 5.0
 POLL_S = 0.5  # between looks at the run's verdicts while waiting on actors
 END_S = 5.0  # for a replaced actor to end its env workers
+ROUND_S = 30.0  # for every actor to write an eval round's number on its node
 NODES_EVERY_S = 2.0  # while a restarted actor waits for its node: how often the cluster's nodes are read
 HINT = ("start a cluster with `ray start --head` (other nodes join with `ray start --address=HEAD:6379`), "
         "or set placement.address")
@@ -449,6 +450,13 @@ class RayEngine:
             topology.puller.pull(timeout=max(1.0, deadline - time.monotonic()))
             topology.puller.start()
         ray_placement.verify(topology.actor_placement)
+
+    def start_eval_round(self, topology: RayTopology, number: int) -> None:
+        """Each actor writes the round where its node's env workers read it (per-node run directories)."""
+        import ray
+
+        if topology.plan["placement"].get("run_dir", "per_node") == "per_node":
+            ray.get([actor.topo_eval_round.remote(number) for actor in topology.actors], timeout=ROUND_S)
 
     def supervise(self, topology: RayTopology, recovery) -> None:
         """The run judges each failed actor and decides its restart (:class:`RayTopology`)."""

@@ -27,7 +27,7 @@ from typing import Any
 from torchrl.collectors import Collector
 
 from .. import heartbeat
-from ..rundir import RESTART_VAR, RUN_DIR_VAR
+from ..rundir import RESTART_VAR, RUN_DIR_VAR, RunDir, start_eval_round
 from . import boundary, ray_placement
 from .ray_records import NODE_RUNS, appended, records_dir
 
@@ -119,6 +119,10 @@ class NodeCollector(Collector):
             if dead:
                 raise EnvWorkersDied.of(dead, f"{type(err).__name__}: {err}".splitlines()[0], self._topo_hung) from err
             raise
+
+    def topo_eval_round(self, number: int) -> None:
+        """Evaluation round ``number`` starts: written where this node's env workers read it (their run directory)."""
+        start_eval_round(RunDir(self._topo_run_dir), number)
 
     def topo_end_workers(self) -> None:
         """SIGKILL this actor's env workers (its subcollector is being replaced; its env cannot close)."""
