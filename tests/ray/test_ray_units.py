@@ -285,9 +285,6 @@ def test_the_server_actor_is_checked_and_reported_as_a_subcollectors_actor_is():
     assert _acting(policy, [[2], [2]]).startswith("on one inference server (a Ray actor, pid 1 on host-b, node bbbbbbbb)")
     from topo.launch import ray_server
 
-    class Server:
-        topo_placement = {**row, "problems": ["its node has no resource 'node_b'"]}
-
     with pytest.raises(LaunchError, match="the inference server is not where the plan put it: its actor on host-b "
                                           r"\(node bbbbbbbb\) its node has no resource 'node_b'"):
-        ray_server.verify(Server)
+        ray_server.verify({**row, "problems": ["its node has no resource 'node_b'"]})

@@ -32,6 +32,7 @@ from tensordict.nn import TensorDictModuleBase
 from ..errors import UsageError
 from ..rundir import RunDir, record
 from ..worker import import_builder
+from . import ray_server
 
 PLACEMENTS = ("subcollector", "server")
 WEIGHT_SYNC = ("shared_mem", "multiprocess")
@@ -207,11 +208,9 @@ class Placement:
         if self.setup.placement != "server":
             return
         if actor is not None:
-            from . import ray_server
-
             self.server = ray_server.start(functools.partial(in_server, self.setup.factory, self.setup.kwargs),
                                            self.setup.device, actor, startup_timeout, run, on_death)
-            ray_server.verify(self.server)
+            self.server.verify()
             self._new_client = self.server.client
         else:
             import multiprocessing
@@ -305,9 +304,6 @@ class Placement:
         if self.scheme is not None:
             self.scheme.shutdown()
         if self.server is not None:
-            watch = getattr(self.server, "topo_watch", None)
-            if watch is not None:
-                watch.stop()  # its end is the run's, not a death
             self.server.shutdown(timeout=timeout)
         if self.transport is not None:
             self.transport.close()
@@ -315,9 +311,8 @@ class Placement:
     def describe(self) -> dict[str, Any]:
         out = self.setup.describe()
         ups = self.updates
-        placed = getattr(self.server, "topo_placement", None)
-        if placed is not None:
-            out["server"] = placed  # the Ray actor's planned and actual node (:mod:`.ray_server`)
+        if isinstance(self.server, ray_server.RayServer):
+            out["server"] = self.server.placement  # the actor's planned and actual node
         out.update(trainer_policy=self.trainer_policy is not None, updates=len(ups),
                    update_s=None if not ups else {"min": round(min(ups), 4), "mean": round(sum(ups) / len(ups), 4),
                                                    "max": round(max(ups), 4)})

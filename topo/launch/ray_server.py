@@ -24,8 +24,8 @@ NOTES_S = 5.0  # for the server's record once its actor answered
 
 def start(factory: Callable, device: str | None, actor: dict[str, Any], startup_timeout: float, run: RunDir,
           on_death: Callable[[failures.Failure], None]):
-    """The started server: ``factory(notes)`` is the policy factory the actor calls with the queue its records go
-    to; they are written in ``run``. Raises :class:`LaunchError` when no alive node holds what ``actor`` asks
+    """The started server (:class:`RayServer`): ``factory(notes)`` is the policy factory the actor calls with the
+    queue its records go to; they are written in ``run``. Raises :class:`LaunchError` when no alive node holds what ``actor`` asks
     for, or the actor is not up within ``startup_timeout`` (torchrl's wait on it has no deadline)."""
     import ray
     from ray.util.queue import Queue
@@ -59,18 +59,41 @@ def start(factory: Callable, device: str | None, actor: dict[str, Any], startup_
                           f"{_asks(actor)}): `ray status` shows what the cluster has free")
     if "error" in made:
         raise LaunchError(f"the inference server's Ray actor failed to start: {_reason(made['error'])}") from made["error"]
-    server = made["server"]
-    served = next(r for r in records if r["name"] == "server")
-    server.topo_placement = placed(actor, served["actor"])
-    actual = server.topo_placement["actual"]
-    server.topo_watch = Watch(server, on_death, f"pid {actual['pid']} on {actual['hostname']} (node {actual['node_id'][:12]})")
-    server.topo_watch.start()
-    return server
+    served = next((r for r in records if r["name"] == "server"), None)
+    if served is None:
+        made["server"].shutdown(timeout=NOTES_S)
+        raise LaunchError(f"the inference server's Ray actor is up but its record did not arrive within {NOTES_S:g}s")
+    return RayServer(made["server"], placed(actor, served["actor"]), on_death)
 
 
-def verify(server) -> None:
-    """Raise :class:`LaunchError` when the server's actor does not hold what the plan asks (its node, its GPUs)."""
-    row = server.topo_placement
+class RayServer:
+    """torchrl's Ray inference server, with its actor's placement row (planned beside actual, as a subcollector's)
+    and the :class:`Watch` on its health, started here and stopped at :meth:`shutdown`."""
+
+    def __init__(self, server, placement: dict[str, Any], on_death: Callable[[failures.Failure], None]):
+        self.server = server
+        self.placement = placement
+        actual = placement["actual"]
+        self.watch = Watch(server, on_death, f"pid {actual['pid']} on {actual['hostname']} (node {actual['node_id'][:12]})")
+        self.watch.start()
+
+    def verify(self) -> None:
+        """Raise :class:`LaunchError` when the actor does not hold what the plan asks (its node, its GPUs)."""
+        verify(self.placement)
+
+    def client(self):
+        return self.server.client()
+
+    def update_model_weights(self, weights) -> None:
+        self.server.update_model_weights(weights)
+
+    def shutdown(self, timeout: float) -> None:
+        self.watch.stop()  # its end is the run's, not a death
+        self.server.shutdown(timeout=timeout)
+
+
+def verify(row: dict[str, Any]) -> None:
+    """Raise :class:`LaunchError` when the server actor's placement row shows a problem."""
     if row["problems"]:
         actual = row["actual"]
         raise LaunchError(f"the inference server is not where the plan put it: its actor on {actual['hostname']} "
