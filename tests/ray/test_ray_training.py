@@ -26,6 +26,7 @@ from topo.episodes import Episodes
 from topo.launch.ray_records import NODE_RUNS
 from topo.rundir import RunDir
 
+from tests.libero.libero_helpers import needs_libero
 from tests.ray.ray_head_helpers import ENV, two_nodes
 from tests.ray.test_ray_launch import alive, needs_ray
 
@@ -365,6 +366,29 @@ def test_evaluation_runs_its_held_out_episodes_on_the_cluster_too(cluster, tmp_p
     assert collector["ok"] and collector["topology"]["engine"] == "ray", collector
     assert collector["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 2}
     assert collector["env_closes"] == {"constructed": 2, "closed": 2}
+    assert s["processes"]["alive_after"] == [] and of_run(s["run_dir"]) == []
+
+
+@pytest.mark.libero
+@needs_libero
+def test_tinyvla_trains_on_real_libero_across_both_nodes(cluster, tmp_path):
+    """The CPU LIBERO example, one worker per subcollector, sub0 on node_a and sub1 on node_b: TinyVLA acts in each
+    actor with the weights pushed last, every env is built in its worker on its node, and nothing is left."""
+    data = yaml.safe_load((ROOT / "examples" / "libero_cpu.yaml").read_text())
+    data["topology"]["workers_per_subcollector"] = 1
+    data["assignment"].update(tasks=[0, 1], groups={"size": 1, "candidate_size": 2})
+    data["collector"]["frames_per_batch"] = 2
+    data["placement"] = two_node_spec(cluster.address)["placement"]
+    events, s = run_trainer(tmp_path, cluster.address, "libero", "--max-frames-per-traj", "2", spec_data=data)
+    assert [e for e in events if e["event"] == "launch-error"] == []
+    batches = [e for e in events if e["event"] == "batch"]
+    assert [b["versions"] for b in batches] == [[0], [1], [2]]
+    assert max(b["diff"] for b in batches) < 1e-4  # the trainer's copy computes the actions the workers took
+    assert [a["actual"]["node_custom"] for a in s["actors"]] == [["node_a"], ["node_b"]]
+    assert all(a["problems"] == [] for a in s["actors"]) and s["policy"]["weight_sync"] == "ray"
+    assert s["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 2}
+    assert s["env_closes"] == {"constructed": 2, "closed": 2} and s["seeds"]["mismatches"] == []
+    assert [b["status"] for b in s["first_batch"]] == ["ok", "ok"]
     assert s["processes"]["alive_after"] == [] and of_run(s["run_dir"]) == []
 
 

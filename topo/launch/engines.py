@@ -16,6 +16,7 @@ class Engine(Protocol):
 
     name: str
     capabilities: frozenset[str]
+    weight_sync: str | None  # what carries the trainer's weights to the copies, when not the spec's scheme
 
     def check(self, plan: dict[str, Any]) -> None:
         """Before anything starts, in the trainer (no torch): raise if the engine cannot be reached."""

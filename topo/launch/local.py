@@ -72,6 +72,7 @@ class LocalEngine:
     able to restart one of them (:mod:`.respawn`) unless ``restarts`` is False (torchrl's own classes then)."""
 
     name = "local"
+    weight_sync = None  # the spec's policy.weight_sync
 
     def __init__(self, restarts: bool = True):
         self.capabilities = frozenset({"weight_updates", *(("restarts", "collector_acks") if restarts else ())})

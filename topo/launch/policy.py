@@ -175,9 +175,11 @@ class Placement:
     """Runs a :class:`PolicySetup` for one run: starts the server, hands the collector its policy
     arguments, pushes weights, shuts down."""
 
-    def __init__(self, setup: PolicySetup, trainer_policy, n_subcollectors: int, collector_acks: bool = False):
+    def __init__(self, setup: PolicySetup, trainer_policy, n_subcollectors: int, collector_acks: bool = False,
+                 weight_sync: str | None = None):
         self.setup = setup
         self.collector_acks = collector_acks  # the collector waits for acknowledgements (topo.launch.respawn)
+        self.weight_sync = weight_sync  # the engine's scheme, reported instead of the spec's (ray)
         self.trainer_policy = trainer_policy
         self.n = n_subcollectors
         self.sender = None  # subcollector placement: a VersionedPolicy over a copy of the trainer's policy
@@ -310,6 +312,8 @@ class Placement:
 
     def describe(self) -> dict[str, Any]:
         out = self.setup.describe()
+        if self.weight_sync and self.setup.placement == "subcollector":
+            out["weight_sync"] = self.weight_sync
         ups = self.updates
         if isinstance(self.server, ray_server.RayServer):
             out["server"] = self.server.placement  # the actor's planned and actual node

@@ -345,6 +345,7 @@ class RayEngine:
     """
 
     name = "ray"
+    weight_sync = "ray"  # torchrl's RayWeightSyncScheme (gloo), whatever policy.weight_sync says
 
     def __init__(self, restarts: bool = True):
         self.capabilities = frozenset({"weight_updates", "restarts"} if restarts else {"weight_updates"})

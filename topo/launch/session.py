@@ -339,8 +339,8 @@ def _parts(plan: dict[str, Any], policy_factory, policy, collector_kwargs: dict[
     if policy is not None and "weight_updates" not in engine.capabilities:
         raise UsageError(f"placement.engine {engine.name} cannot push weights: each subcollector builds its copy from "
                          "the policy factory and keeps its weights (drop policy=)")
-    placement = Placement(setup, policy, len(plan["subcollectors"]),
-                          collector_acks="collector_acks" in engine.capabilities) if setup else None
+    placement = Placement(setup, policy, len(plan["subcollectors"]), collector_acks="collector_acks" in engine.capabilities,
+                          weight_sync=engine.weight_sync) if setup else None
     return setup, features, torchrl, engine, placement
 
 
