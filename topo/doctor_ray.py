@@ -20,7 +20,7 @@ from .checks import FAIL, OK, Check
 from .doctor import _available_gb, _backend, check_lines, estimate_memory, host_checks, summary, worker_gb
 from .errors import LaunchError
 from .launch.ray_collector import HINT, check_reachable, runtime_env
-from .launch.ray_placement import custom_resources
+from .launch.ray_placement import custom_resources, holds, reason
 
 #: the doctor's tasks see the node's GPUs: Ray hides them from a task that asks for none (CUDA_VISIBLE_DEVICES="")
 NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
@@ -62,7 +62,8 @@ def cluster_checks(plan: dict, timeout: float) -> tuple[list[NodeReport], list[C
     try:
         ray.init(address=placement["address"], runtime_env=env, log_to_driver=False, logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as err:
-        raise LaunchError(f"cannot connect to the Ray cluster at {placement['address']!r}: {_reason(err)}; {HINT}") from None
+        why = reason(err).rstrip(".")
+        raise LaunchError(f"cannot connect to the Ray cluster at {placement['address']!r}: {why}; {HINT}") from None
     try:
         alive = [n for n in ray.nodes() if n["Alive"]]
         task = ray.remote(_on_node)
@@ -96,7 +97,7 @@ def _fill(node: NodeReport, plan: dict, ref: Any, timeout: float) -> None:
     try:
         found = ray.get(ref)
     except ray.exceptions.RayError as err:
-        node.checks = [Check("node", FAIL, f"the checks did not run on {where}: {_reason(err)}",
+        node.checks = [Check("node", FAIL, f"the checks did not run on {where}: {reason(err).rstrip('.')}",
                              "see the node's Ray logs (/tmp/ray/session_latest/logs)")]
         return
     node.hostname = found["hostname"]
@@ -110,17 +111,13 @@ def _on_node(plan: dict, subcollectors: list[int]) -> dict[str, Any]:
             "checks": [asdict(c) for c in host_checks(plan, subcollectors)]}
 
 
-def _reason(err: BaseException) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0].rstrip(".")
-
-
 # -- pure ----------------------------------------------------------------------------------------------
 
 def held(plan: dict, resources: dict[str, float]) -> list[int]:
     """The subcollectors a node with these custom ``resources`` may hold: it has every custom resource one asks
     for, in that amount (one that asks for none: any node)."""
-    return [i for i, sub in enumerate(plan["placement"]["subcollectors"])
-            if all(resources.get(name, 0) >= amount for name, amount in sub["resources"]["custom"].items())]
+    subs = plan["placement"]["subcollectors"]
+    return [i for i, sub in enumerate(subs) if holds(resources, sub["resources"]["custom"])]
 
 
 def check_placement(plan: dict, nodes: dict[str, tuple[str, dict[str, float]]]) -> list[Check]:
@@ -145,8 +142,7 @@ def check_placement(plan: dict, nodes: dict[str, tuple[str, dict[str, float]]]) 
 def _holders(who: str, custom: dict[str, float], nodes: dict[str, tuple[str, dict[str, float]]], key: str) -> Check:
     """Which nodes have every custom resource ``who`` asks for, in that amount (none: FAIL)."""
     asked = f"{who} asks for {_amounts(custom)}"
-    where = [f"{node_id[:12]} ({host})" for node_id, (host, resources) in nodes.items()
-             if all(resources.get(name, 0) >= amount for name, amount in custom.items())]
+    where = [f"{node_id[:12]} ({host})" for node_id, (host, resources) in nodes.items() if holds(resources, custom)]
     if not where:
         return Check("placement", FAIL, f"{asked}: no node of the cluster has it",
                      f"start a node that has it (`ray start --address=HEAD:6379 --resources='{json.dumps(custom)}'`), "

@@ -20,6 +20,7 @@ from ..errors import LaunchError
 from ..episodes import RECORD_VAR
 from ..rundir import RUN_DIR_VAR, SLOTS_VAR
 from . import failure as failures, plans, processes
+from .ray_placement import reason
 
 CONNECT_TIMEOUT_S = 5.0
 POLL_S = 0.5  # between looks at the run's verdicts while waiting on actors
@@ -186,8 +187,8 @@ class RayTopology:
                 return self._lost_node(c, node)
             return failures.actor_died(state, c, "its node left the cluster (another can hold it)", _where(node), now)
         if not isinstance(err, _ray_errors()[0]):  # a RayTaskError: the actor raised, and is alive
-            return failures.actor_failed(state, c, _reason(cause or err), str(err).strip() or None, _where(node), now)
-        return failures.actor_died(state, c, _reason(err), _where(node), now)
+            return failures.actor_failed(state, c, reason(cause or err), str(err).strip() or None, _where(node), now)
+        return failures.actor_died(state, c, reason(err), _where(node), now)
 
     def _node(self, c: int) -> dict:
         return ((self.actor_placement or [{}] * len(self.plan_rows))[c].get("actual")) or {}
@@ -256,12 +257,12 @@ class RayTopology:
         ids = [actor._actor_id.hex() for actor in actors]
         index = ids.index(err.actor_id) if getattr(err, "actor_id", None) in ids else _first_dead(actors)
         if index is None:
-            return LaunchError(f"a Ray actor of this run died: {_reason(err)}") if isinstance(err, RayActorError) else err
+            return LaunchError(f"a Ray actor of this run died: {reason(err)}") if isinstance(err, RayActorError) else err
         node = self._node(index)
         rows = [row["global_index"] for row in self.plan_rows[index]]
         where = f" on {node['hostname']} (node {node['node_id'][:12]})" if node else ""
         return LaunchError(f"subcollector {index}'s Ray actor died{where}, with env workers {rows} (global indices): "
-                           f"{_reason(err)}", subcollector=index)
+                           f"{reason(err)}", subcollector=index)
 
     def update_policy_weights_(self, policy) -> None:
         """Every actor applies ``policy``'s weights (its ``version`` buffer with them) before this returns; an actor
@@ -298,9 +299,10 @@ def _placeable(plan: dict[str, Any], c: int) -> bool:
     """Whether an alive node of the cluster holds every custom resource subcollector ``c`` is planned with."""
     import ray
 
+    from .ray_placement import holds
+
     wanted = plan["placement"]["subcollectors"][c]["resources"]["custom"]
-    return any(n.get("Alive") and all(n.get("Resources", {}).get(k, 0) >= v for k, v in wanted.items())
-               for n in ray.nodes())
+    return any(n.get("Alive") and holds(n.get("Resources", {}), wanted) for n in ray.nodes())
 
 
 def _ray_errors() -> tuple[type[BaseException], ...]:
@@ -330,10 +332,6 @@ def _first_dead(actors: list, timeout: float = 10.0) -> int | None:
         except GetTimeoutError:
             continue
     return None
-
-
-def _reason(err: BaseException) -> str:
-    return ((getattr(err, "error_msg", None) or str(err)).strip().splitlines() or [type(err).__name__])[0]
 
 
 class RayEngine:

@@ -82,6 +82,16 @@ def describe(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def holds(totals: dict[str, float], wanted: dict[str, float]) -> bool:
+    """Whether a node with these resource ``totals`` has every resource ``wanted``, in that amount."""
+    return all(totals.get(name, 0) >= amount for name, amount in wanted.items() if amount)
+
+
+def reason(err: BaseException) -> str:
+    """The first line of what Ray (or torchrl through it) raised: what a message quotes."""
+    return ((getattr(err, "error_msg", None) or str(err)).strip().splitlines() or [type(err).__name__])[0]
+
+
 def custom_resources(totals: dict[str, float]) -> dict[str, float]:
     """A node's own resources (``--resources``) among its ``ray.nodes()`` totals: not CPU, GPU, memory or Ray's node tags."""
     return {name: amount for name, amount in totals.items() if not _builtin(name)}

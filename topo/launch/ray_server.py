@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from ..errors import LaunchError
 from ..rundir import RunDir
-from . import failure as failures
+from . import failure as failures, ray_placement
 
 WATCH_EVERY_S = 2.0  # between two looks at the server actor's health
 NOTES_S = 5.0  # for the server's record once its actor answered
@@ -25,8 +25,8 @@ NOTES_S = 5.0  # for the server's record once its actor answered
 def start(factory: Callable, device: str | None, actor: dict[str, Any], startup_timeout: float, run: RunDir,
           on_death: Callable[[failures.Failure], None]):
     """The started server (:class:`RayServer`): ``factory(notes)`` is the policy factory the actor calls with the
-    queue its records go to; they are written in ``run``. Raises :class:`LaunchError` when no alive node holds what ``actor`` asks
-    for, or the actor is not up within ``startup_timeout`` (torchrl's wait on it has no deadline)."""
+    queue its records go to; they are written in ``run``. Raises :class:`LaunchError` when no alive node holds what
+    ``actor`` asks for, or the actor is not up within ``startup_timeout`` (torchrl's wait on it has no deadline)."""
     import ray
     from ray.util.queue import Queue
     from torchrl.modules.inference_server import InferenceServer
@@ -58,7 +58,8 @@ def start(factory: Callable, device: str | None, actor: dict[str, Any], startup_
         raise LaunchError(f"the inference server's Ray actor was not up within {startup_timeout:.0f}s (it asks for "
                           f"{_asks(actor)}): `ray status` shows what the cluster has free")
     if "error" in made:
-        raise LaunchError(f"the inference server's Ray actor failed to start: {_reason(made['error'])}") from made["error"]
+        why = ray_placement.reason(made["error"])
+        raise LaunchError(f"the inference server's Ray actor failed to start: {why}") from made["error"]
     served = next((r for r in records if r["name"] == "server"), None)
     if served is None:
         made["server"].shutdown(timeout=NOTES_S)
@@ -104,8 +105,6 @@ def placed(actor: dict[str, Any], reported: dict[str, Any]) -> dict[str, Any]:
     """The server actor's row, as a subcollector's (:func:`~.ray_placement.compare`): planned beside actual."""
     import ray
 
-    from . import ray_placement
-
     totals = {node["NodeID"]: node.get("Resources", {}) for node in ray.nodes()}
     row = ray_placement.compare({"placement": {"subcollectors": [actor]}}, [{**reported, "run_dir": None}], totals)[0]
     return {**row, "subcollector": None}
@@ -131,7 +130,7 @@ def _check_placeable(actor: dict[str, Any]) -> None:
     config = actor["remote_config"]
     wanted = {"CPU": config.get("num_cpus", 1), "GPU": config.get("num_gpus", 0), **config.get("resources", {})}
     nodes = [n for n in ray.nodes() if n.get("Alive")]
-    if not any(all(n.get("Resources", {}).get(k, 0) >= v for k, v in wanted.items() if v) for n in nodes):
+    if not any(ray_placement.holds(n.get("Resources", {}), wanted) for n in nodes):
         raise LaunchError(f"no node of the Ray cluster holds the inference server's request ({_asks(actor)}); "
                           f"its {len(nodes)} alive node(s) have: "
                           + "; ".join(_has(n.get("Resources", {})) for n in nodes))
@@ -143,14 +142,8 @@ def _asks(actor: dict[str, Any]) -> str:
 
 
 def _has(totals: dict[str, float]) -> str:
-    from .ray_placement import custom_resources
-
     return ", ".join([f"{totals.get('CPU', 0):g} CPU", f"{totals.get('GPU', 0):g} GPU",
-                      *(f"{k} {v:g}" for k, v in custom_resources(totals).items())])
-
-
-def _reason(err: BaseException) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[-1]
+                      *(f"{k} {v:g}" for k, v in ray_placement.custom_resources(totals).items())])
 
 
 class Watch:
