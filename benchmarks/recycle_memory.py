@@ -27,6 +27,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 TESTS = os.path.join(ROOT, "tests", "launch")
 EXAMPLE = os.path.join(ROOT, "examples", "toy_recycle.yaml")
+sys.path.insert(0, TESTS)
+from script_events import parse  # noqa: E402 - the script's events, as the tests read them
 LEAKER = (0, 1)  # (subcollector, worker) planned with seed 1
 
 
@@ -48,7 +50,7 @@ def run(leak_mb: int, batches: int, recycle: bool, folder: str) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([TESTS, ROOT, os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, os.path.join(TESTS, "recycling.py"), path, "--batches", str(batches)],
                           env=env, capture_output=True, text=True, timeout=1800)
-    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    events = list(parse(done.stdout))
     if done.returncode or not events or events[-1]["event"] != "after":
         raise SystemExit(f"the run failed ({done.returncode}):\n{done.stderr[-3000:]}")
     ready = events[0]["time"]

@@ -35,6 +35,7 @@ FAST = (
     "tests/launch/test_boundary.py",
     "tests/launch/test_evaluation_units.py",
     "tests/launch/test_provenance_units.py",
+    "tests/launch/test_script_events.py",
     "tests/bench/test_bench_units.py",
     "tests/docs/test_pages.py",
     "tests/ray/test_ray_units.py",

@@ -10,15 +10,12 @@ lists the group blocks it holds, so a test can tell which subcollector's plan ro
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
 import time
 
-
-def emit(**fields) -> None:
-    print(json.dumps(fields), flush=True)
+from script_events import emit  # this folder: the script's own path entry
 
 
 def groups(batch) -> list[int]:

@@ -8,16 +8,13 @@ per event on stdout. ``--then`` misbehaves the way a test needs.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
 import threading
 import time
 
-
-def emit(**fields) -> None:
-    print(json.dumps(fields), flush=True)
+from script_events import emit  # this folder: the script's own path entry
 
 
 def eval_worker_pid(run, index: int) -> int:

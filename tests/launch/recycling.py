@@ -6,13 +6,10 @@ It iterates ``topo.collector(SPEC)`` (random actions) for exactly N batches, one
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
-
-def emit(**fields) -> None:
-    print(json.dumps(fields), flush=True)
+from script_events import emit  # this folder: the script's own path entry
 
 
 def main() -> None:

@@ -19,7 +19,8 @@ import yaml
 from topo.episodes import Episodes
 from topo.rundir import RUN_DIR_VAR
 
-from tests.launch.launch_helpers import HANG_GUARD_S, LAUNCH_LIMITS, alive, subprocess_env, toy_spec, write
+from tests.launch.launch_helpers import HANG_GUARD_S, LAUNCH_LIMITS, alive, subprocess_env, toy_spec, wait_for, write
+from tests.launch.script_events import parse
 
 HERE = Path(__file__).resolve().parent
 EVAL = {"tasks": [2, 3], "trials": 3, "workers": 4, "max_episode_steps": 6, "every": 2}
@@ -40,7 +41,7 @@ def eval_spec(tmp_path: Path, **eval_overrides) -> Path:
 def train(spec: Path, report: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
     done = subprocess.run([sys.executable, str(HERE / "eval_trainer.py"), str(spec), "--report", str(report), *args],
                           env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
-    return done, [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return done, list(parse(done.stdout))
 
 
 def of_runs(*run_dirs: str) -> list[int]:
@@ -158,7 +159,9 @@ def test_a_killed_trainer_leaves_no_process_of_either_run(tmp_path):
     while of_runs(run_dir, eval_dir) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert of_runs(run_dir, eval_dir) == []
-    assert json.loads(Path(run_dir, "watcher.json").read_text())["left"] == []  # it ended the eval process
+    watcher = Path(run_dir, "watcher.json")  # written once its last scan found nothing, a moment after ours
+    wait_for(watcher.exists, timeout=30, what="the watcher's record")
+    assert json.loads(watcher.read_text())["left"] == []  # it ended the eval process
     # which tears its run down on SIGTERM, or, killed before it is done, leaves the rest to its run's watcher;
     # the scan above is the proof either way, and whichever record was written agrees
     eval_report, eval_watcher = Path(eval_dir).parent / "summary.json", Path(eval_dir, "watcher.json")

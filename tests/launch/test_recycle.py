@@ -14,6 +14,7 @@ from topo.episodes import Episodes
 from topo.launch.restarts import restart_seed
 
 from tests.launch.launch_helpers import HANG_GUARD_S, HERE, alive, subprocess_env, user_spec, write
+from tests.launch.script_events import parse
 
 pytestmark = pytest.mark.slow
 BATCHES = 30
@@ -34,7 +35,7 @@ def recycled(tmp_path_factory):
     done = subprocess.run([sys.executable, str(HERE / "recycling.py"), str(path), "--batches", str(BATCHES),
                            "--report", str(folder / "report")], env=subprocess_env(), capture_output=True, text=True,
                           timeout=HANG_GUARD_S)
-    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    events = list(parse(done.stdout))
     return done, events, time.time(), folder / "report"
 
 

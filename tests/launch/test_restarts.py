@@ -21,6 +21,7 @@ from topo.rundir import RESTART_VAR, RUN_DIR_VAR, RunDir
 
 from tests.launch.launch_helpers import (HANG_GUARD_S, HERE, LAUNCH_LIMITS, alive, launch, subprocess_env,
                                          summary, toy_spec, user_spec, wait_for, write)
+from tests.launch.script_events import parse
 
 pytestmark = pytest.mark.slow
 COLLECT = HERE / "collect.py"
@@ -31,7 +32,7 @@ def collect(tmp_path, spec: dict, *args) -> tuple[subprocess.CompletedProcess, l
     path = write(tmp_path / "spec.yaml", spec)
     done = subprocess.run([sys.executable, str(COLLECT), str(path), "--report", str(tmp_path / "report"),
                            *map(str, args)], env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
-    return done, [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return done, list(parse(done.stdout))
 
 
 def of(events: list[dict], name: str) -> list[dict]:
@@ -82,7 +83,7 @@ def killed_worker_run(tmp_path_factory):
                            "--max-frames-per-traj", "5"], env=subprocess_env(),
                           capture_output=True, text=True, timeout=HANG_GUARD_S)
     t_end = time.time()
-    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    events = list(parse(done.stdout))
     return done, events, spec, report_dir, t_end
 
 
@@ -400,8 +401,9 @@ def _event(proc: subprocess.Popen, name: str) -> dict:
         line = proc.stdout.readline()
         if not line:
             raise AssertionError(f"no {name} event")
-        if line.startswith("{") and json.loads(line)["event"] == name:
-            return json.loads(line)
+        for event in parse([line]):
+            if event["event"] == name:
+                return event
 
 
 def _all_collecting(run, restarts: int) -> bool:

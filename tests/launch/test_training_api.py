@@ -14,6 +14,7 @@ import topo
 from topo.errors import UsageError
 
 from tests.launch.launch_helpers import HANG_GUARD_S, HERE, alive, subprocess_env, toy_spec, write
+from tests.launch.script_events import parse
 
 pytestmark = pytest.mark.slow
 TRAINER = HERE / "trainer.py"
@@ -24,7 +25,7 @@ def train(tmp_path, *args, spec=None) -> tuple[subprocess.CompletedProcess, list
     spec = spec or write(tmp_path / "toy.yaml", toy_spec(2, 2))
     done = subprocess.run([sys.executable, str(TRAINER), str(spec), *map(str, args)], env=subprocess_env(),
                           capture_output=True, text=True, timeout=HANG_GUARD_S)
-    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    events = list(parse(done.stdout))
     return done, events
 
 
@@ -115,7 +116,7 @@ def test_an_exception_in_the_loop_tears_down_and_still_writes_the_report(tmp_pat
     assert done.returncode == 0, done.stderr
     assert of(events, "loop-error")[0]["message"] == "the training step failed"  # the loop's own exception
     report = json.loads((report_dir / "summary.json").read_text())
-    assert not report["ok"] and report["error"]["type"] == "ValueError" and report["error"]["in"] == "training loop"
+    assert not report["ok"] and report["error"]["type"] == "TrainingStepFailed" and report["error"]["in"] == "training loop"
     assert report["env_closes"] == {"constructed": 4, "closed": 4}  # a clean shutdown, envs closed
     assert_nothing_left(report, t_end)
     assert_trainer_state_restored(events)

@@ -8,16 +8,13 @@ deterministic actions, the action the trainer's own copy computes for the same o
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import signal
 import sys
 import time
 
-
-def emit(**fields) -> None:
-    print(json.dumps(fields), flush=True)
+from script_events import emit  # this folder: the script's own path entry
 
 
 def process_state() -> dict:
@@ -54,6 +51,10 @@ def rows_seen(batch) -> list[list[dict]]:
     return [[{"instructions": sorted(set(flat(batch[c, w]["language_instruction"]))),
               "groups": sorted({int(g) // 10**6 for g in batch[c, w]["group_id"].flatten().tolist()})}
              for w in range(batch.shape[1])] for c in range(batch.shape[0])]
+
+
+class TrainingStepFailed(ValueError):
+    """What ``--then raise`` raises in the loop."""
 
 
 def main() -> None:
@@ -121,7 +122,7 @@ def main() -> None:
                      episodes=sorted({(int(e), int(v)) for e, v in zip(flat["topo_episode"].reshape(-1).tolist(),
                                                                        flat["policy_version"].reshape(-1).tolist())}))
                 if args.then == "raise":
-                    raise ValueError("the training step failed")
+                    raise TrainingStepFailed("the training step failed")
                 if args.then == "kill-worker" and i == 0:
                     victim = worker_pid(run, 1, 1)
                     os.kill(victim, signal.SIGKILL)
@@ -158,7 +159,7 @@ def main() -> None:
     except LaunchError as err:
         emit(event="launch-error", message=str(err), subcollector=err.subcollector, worker=err.worker,
              row=err.row, exit_code=err.exit_code, formatted=err.format())
-    except ValueError as err:
+    except TrainingStepFailed as err:  # the loop's own, on purpose; any other exception fails the script
         emit(event="loop-error", message=str(err))
     emit(event="after", state=process_state(), report=run.report.data if run.report else None, restarts=run.restarts)
     print(run.report, file=sys.stderr)

@@ -13,6 +13,7 @@ import pytest
 import topo
 from topo.episodes import Episodes, find_run
 
+from tests.launch.script_events import parse
 from tests.libero.libero_helpers import needs_libero
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +31,7 @@ def libero_training(tmp_path_factory):
     done = subprocess.run([sys.executable, str(TRAINER), str(SPEC), "--iterations", "4", "--record-actions",
                            "--max-frames-per-traj", "2", "--report", str(tmp_path / "report")],
                           capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
-    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    events = list(parse(done.stdout))
     return done, events, tmp_path / "report", env
 
 

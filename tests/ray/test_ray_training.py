@@ -26,6 +26,7 @@ from topo.episodes import Episodes
 from topo.launch.ray_records import NODE_RUNS
 from topo.rundir import RunDir
 
+from tests.launch.script_events import parse
 from tests.libero.libero_helpers import needs_libero
 from tests.ray.ray_head_helpers import ENV, two_nodes
 from tests.ray.test_ray_launch import alive, needs_ray
@@ -74,7 +75,7 @@ def start_trainer(tmp: Path, address: str, name: str, *args: str, spec_data: dic
 
 def events_of(stdout):
     """The trainer's JSON events (Ray prints the actors' output on the same stdout)."""
-    return (json.loads(line) for line in stdout if line.startswith("{"))
+    return parse(stdout)
 
 
 def node_dirs(run_dir: str) -> list[str]:
@@ -212,6 +213,7 @@ def test_an_actor_killed_on_node_b_is_named_and_the_run_torn_down(cluster, tmp_p
             os.killpg(proc.pid, signal.SIGKILL)
     stderr = proc.stderr.read()
     assert proc.returncode == 0, stderr
+    assert [e["event"] for e in events if e["event"] in ("killed", "launch-error")] == ["killed", "launch-error"], (events, stderr)
     (killed,) = [e["pid"] for e in events if e["event"] == "killed"]
     (error,) = [e for e in events if e["event"] == "launch-error"]
     assert error["subcollector"] == 1 and error["exit_code"] == 1, error

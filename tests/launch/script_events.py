@@ -1,0 +1,28 @@
+"""The test scripts' events: one JSON object per stdout line, written by :func:`emit`, read by :func:`parse`.
+
+A script's stdout is shared: under Ray the driver prints its actors' lines from a thread of its own, as
+``print`` does, the text then the newline in two writes, so an event can land after another line's text,
+before its newline. An event is therefore written in one write, and read wherever it starts in a line.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Iterable, Iterator
+
+START = '{"event": '  # every event's first key: emit(event=..., ...)
+_DECODER = json.JSONDecoder()
+
+
+def emit(**fields) -> None:
+    """Print one event, ``event`` first (``emit(event="ready", ...)``), in a single write."""
+    sys.stdout.write(json.dumps(fields) + "\n")
+    sys.stdout.flush()
+
+
+def parse(lines: Iterable[str] | str) -> Iterator[dict]:
+    """The events in a script's output (its text, or its lines as they come), in order."""
+    for line in lines.splitlines() if isinstance(lines, str) else lines:
+        at = line.find(START)
+        if at >= 0:
+            yield _DECODER.raw_decode(line, at)[0]
