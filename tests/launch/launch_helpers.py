@@ -153,3 +153,13 @@ def assert_first_batch_matches(s: dict, plan: dict) -> None:
         assert seen["status"] == "ok", seen
         assert seen["instructions"] == sorted({r["instruction"] for r in sub["workers"]})
         assert seen["groups"] == sorted({r["group"] for r in sub["workers"]})
+
+
+def assert_every_unclosed_env_is_named(report: dict, named: dict, retired: list[tuple[int, int, int]]) -> None:
+    """Every env built and not closed is in ``not_closed`` with why: the ones ``named`` (subcollector, worker,
+    restart -> why) surely; any of ``retired``, ended with its start by the restart unless it closed first."""
+    why = {(i["subcollector"], i["worker"], i["restart"]): i["why"] for i in report["not_closed"]}
+    assert {k: why.get(k) for k in named} == named, why
+    assert {k: v for k, v in why.items() if k not in named} == {k: "ended by its subcollector's restart"
+                                                                for k in retired if k in why}, why
+    assert report["env_closes"]["closed"] + len(why) == report["env_closes"]["constructed"]

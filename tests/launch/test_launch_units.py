@@ -259,3 +259,31 @@ def test_make_env_gives_the_worker_the_users_gl_back(tmp_path, monkeypatch):
     assert os.environ["MUJOCO_GL"] == "egl" and gl.HELD_VAR not in os.environ
     (started,) = [m for m in RunDir(str(tmp_path)).read_new("markers") if m["name"] == "started"]
     assert started["inherited_gl"] == before  # what this process had mapped before the builder ran
+
+
+def test_the_report_says_why_each_env_that_was_built_never_closed(tmp_path):
+    """A worker killed (it died), its sibling killed by the restart that retired their start (ended by it, though
+    its death is seen too), one killed by the teardown, one with no record: the closes line counts each why."""
+    from topo.launch import report
+    from topo.launch.restarts import Restart
+
+    def built(c: int, w: int, pid: int) -> dict:
+        return {"name": "constructed", "pid": pid, "time": 103.0, "seed": 0, "seconds": 1.0,
+                "worker": {"subcollector": c, "index": w}}
+
+    closed = {"name": "closed", "pid": 30, "time": 120.0, "seconds": 0.1, "worker": {"subcollector": 0, "index": 0}}
+    state = state_with(tmp_path, sub(0, 10, 101), sub(1, 11, 101), started(0, 0, 30, 102), started(0, 1, 31, 102),
+                       started(1, 0, 20, 102), started(1, 1, 21, 102), built(0, 0, 30), built(0, 1, 31),
+                       built(1, 0, 20), built(1, 1, 21), closed)
+    state.record_death(Death(21, 110.0, "killed by SIGKILL"))
+    found = failure.decide(state)
+    state.retire(1, PLAN["subcollectors"][1]["workers"])
+    state.restarts.append(Restart(1, 1, found, decided_at=111.0))
+    state.record_death(Death(20, 112.0, "killed by SIGKILL"))  # the restart retiring its start
+    items = report.not_closed(state, killed=[31])
+    assert [(i["subcollector"], i["worker"], i["restart"], i["pid"], i["why"]) for i in items] == [
+        (1, 0, 0, 20, "ended by its subcollector's restart"), (1, 1, 0, 21, "died (killed by SIGKILL)"),
+        (0, 1, 0, 31, "killed at teardown")]
+    assert report._why_not_closed(items) == (" (not closed: 1 ended by its subcollector's restart, 1 died (killed by "
+                                             "SIGKILL), 1 killed at teardown)")
+    assert report.not_closed(state, killed=[])[-1]["why"] == "no close record" and report._why_not_closed([]) == ""

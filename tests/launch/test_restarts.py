@@ -19,8 +19,8 @@ import topo
 from topo.episodes import EpisodeId, Episodes, episode_id, find_run
 from topo.rundir import RESTART_VAR, RUN_DIR_VAR, RunDir
 
-from tests.launch.launch_helpers import (HANG_GUARD_S, HERE, LAUNCH_LIMITS, alive, launch, subprocess_env,
-                                         summary, toy_spec, user_spec, wait_for, write)
+from tests.launch.launch_helpers import (HANG_GUARD_S, HERE, LAUNCH_LIMITS, alive, assert_every_unclosed_env_is_named,
+                                         launch, subprocess_env, summary, toy_spec, user_spec, wait_for, write)
 from tests.launch.script_events import parse
 
 pytestmark = pytest.mark.slow
@@ -114,6 +114,7 @@ def test_a_killed_worker_restarts_its_subcollector_with_its_plan_rows_and_the_pu
     assert report["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 6}
     assert report["constructions"]["expected"]["worker"] == 6 and report["seeds"]["mismatches"] == []
     assert report["processes"]["subcollector_pids"][1] == restart["started"]["subcollector"]
+    assert_every_unclosed_env_is_named(report, {(1, 1, 0): "died (killed by SIGKILL)"}, retired=[(1, 0, 0)])
     assert_nothing_left(report, t_end)
 
 
@@ -201,6 +202,9 @@ def test_topo_launch_restarts_a_killed_worker_and_reports_it(tmp_path):
     new_pids = f"pids {restart['started']['subcollector']} {restart['started']['workers']}"
     assert ("restart 1 of sub1 at " in result.stdout and "sub1/w1 worker-died (killed by SIGKILL); first batch"
             in result.stdout and f"{new_pids}, seeds [6, 7]" in result.stdout), result.stdout
+    assert_every_unclosed_env_is_named(s, {(1, 1, 0): "died (killed by SIGKILL)"}, retired=[(1, 0, 0)])
+    (closes,) = [line for line in result.stdout.splitlines() if "env closes" in line]
+    assert "(not closed: " in closes and "1 died (killed by SIGKILL)" in closes, closes
     assert_nothing_left(s, t_end)
 
 

@@ -27,6 +27,7 @@ from topo.launch.ray_records import NODE_RUNS
 from topo.rundir import RunDir
 
 from tests.launch.script_events import parse
+from tests.launch.launch_helpers import assert_every_unclosed_env_is_named
 from tests.libero.libero_helpers import needs_libero
 from tests.ray.ray_head_helpers import ENV, two_nodes
 from tests.ray.test_ray_launch import alive, needs_ray
@@ -289,6 +290,8 @@ def test_env_workers_killed_or_hung_on_node_b_are_restarted_from_their_plan_rows
     assert actor["problems"] == [] and actor["restart"] == 2
     assert s["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 8}
     assert s["seeds"]["mismatches"] == [] and s["processes"]["alive_after"] == []
+    assert_every_unclosed_env_is_named(s, {(1, 1, 0): "died (killed by SIGKILL)", (1, 0, 1): "hung (killed by SIGKILL)"},
+                                       retired=[(1, 0, 0), (1, 1, 1)])
 
 
 def served_spec(address: str) -> dict:

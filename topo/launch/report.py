@@ -155,6 +155,7 @@ def summary(run: Outcome) -> dict[str, Any]:
         },
         "env_closes": {"constructed": sum(len(w.constructions) for w in every),
                        "closed": sum(w.closes for w in every)},
+        "not_closed": not_closed(state, down.killed),
         "first_batch": observe.check(plan, observed),
         "restarts": restarts(state),
         "recycles": recycles(state),
@@ -305,6 +306,39 @@ def _stats(values: list) -> dict | None:
     return {"min": round(min(values), 3), "mean": round(sum(values) / len(values), 3), "max": round(max(values), 3)}
 
 
+def not_closed(state, killed: list[int]) -> list[dict]:
+    """Each env built and never closed, with why: it died or hung (the failure that retired its start names it,
+    as a Ray actor names its workers, or its death was seen first); its subcollector's start was retired and
+    that ended it (a restart or a recycle kills the old start's workers); the teardown killed it; or no record
+    says."""
+    ended = {(r.subcollector, r.restart - 1): r for r in (*state.restarts, *state.recycles)}  # the start each retired
+    retired = {id(w) for w in state.retired_workers}
+    out = []
+    for w in state.all_workers():
+        if not w.constructions or w.closes:
+            continue
+        by = ended.get((w.subcollector, w.restart)) if id(w) in retired else None
+        cause = getattr(by, "cause", None)  # a recycle has none: a budget, not a failure
+        if cause is not None and cause.kind in ("worker-died", "worker-hung") and cause.worker == w.index:
+            why = f"{'hung' if cause.kind == 'worker-hung' else 'died'} ({cause.how or 'unknown'})"
+        elif w.died and (by is None or w.died.time < by.decided_at):
+            why = f"died ({w.died.how or 'unknown'})"
+        elif by is not None:
+            why = f"ended by its subcollector's {'restart' if cause is not None else 'recycle'}"
+        else:
+            why = "killed at teardown" if w.pid in killed else "no close record"
+        out.append({"subcollector": w.subcollector, "worker": w.index, "restart": w.restart, "pid": w.pid, "why": why})
+    return out
+
+
+def _why_not_closed(items: list[dict] | None) -> str:
+    """`` (not closed: 1 died (killed by SIGKILL), 1 ended by its subcollector's restart)``, or nothing."""
+    if not items:
+        return ""
+    counts = Counter(item["why"] for item in items)
+    return " (not closed: " + ", ".join(f"{n} {why}" for why, n in counts.items()) + ")"
+
+
 def human(s: dict) -> str:
     """A few lines: outcome, constructions per role, timings, closes, leftovers, first-batch check, policy."""
     t, p, c = s["timings_s"], s["processes"], s["constructions"]["by_role"]
@@ -322,7 +356,8 @@ def human(s: dict) -> str:
         + f" (expected worker {s['constructions']['expected']['worker']}, others 0)",
         f"  all ready {_fmt(t['all_ready'])}, first batch {_fmt(t['first_batch'])}, "
         f"shutdown {_fmt(t['shutdown'])} (budget {launch['shutdown_budget_s']:g}s)",
-        f"  env closes {s['env_closes']['closed']}/{s['env_closes']['constructed']}, subcollector exit codes "
+        f"  env closes {s['env_closes']['closed']}/{s['env_closes']['constructed']}{_why_not_closed(s.get('not_closed'))}"
+        f", subcollector exit codes "
         f"{p['subcollector_exit_codes']}, peak processes {p['peak']}",
         f"  left behind {len(p['left_behind'])}, alive after {len(p['alive_after'])}",
         human_memory(s.get("memory")),
