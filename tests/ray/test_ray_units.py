@@ -288,3 +288,38 @@ def test_the_server_actor_is_checked_and_reported_as_a_subcollectors_actor_is():
     with pytest.raises(LaunchError, match="the inference server is not where the plan put it: its actor on host-b "
                                           r"\(node bbbbbbbb\) its node has no resource 'node_b'"):
         ray_server.verify({**row, "problems": ["its node has no resource 'node_b'"]})
+
+
+def test_an_actor_restarted_during_an_evaluation_round_gets_that_round_on_its_node(tmp_path, monkeypatch):
+    """Eval rounds are written on each actor's node; an eval actor restarted (maybe on another node) is given the
+    round in progress, which its env workers read at their next reset, rather than waiting for the next round."""
+    ray = pytest.importorskip("ray")
+    from types import SimpleNamespace
+
+    from tests.ray.test_ray_launch import toy_ray_spec
+    from topo.launch import ray_collector
+
+    class Actor:
+        def __init__(self, name):
+            self.name, self.calls = name, []
+            self.topo_node = SimpleNamespace(remote=lambda: "node-ref")
+            self.topo_eval_round = SimpleNamespace(remote=lambda n: self.calls.append(("round", n)))
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(toy_ray_spec("127.0.0.1:1")))
+    compiled = topo.compile_spec(str(path))
+    old, new = [Actor("sub0"), Actor("sub1")], Actor("sub1, restarted")
+    replaced = []
+    collector = SimpleNamespace(remote_collectors=old, replace=lambda c, factory, restart, policy: replaced.append(c) or new)
+    topology = ray_collector.RayTopology(collector, compiled)
+    topology.recovery = SimpleNamespace(restarting=lambda c: (1, compiled["subcollectors"][c]["workers"]),
+                                        restart_policy=lambda c: None, instantiated=lambda c: None)
+    topology.puller = SimpleNamespace(replace=lambda was, now, node: replaced.append((was.name, now.name, node)))
+    monkeypatch.setattr(ray_collector, "_end", lambda actor: None)
+    monkeypatch.setattr(topology, "_wait", lambda c, ref: {"node_id": "c" * 40})
+    monkeypatch.setattr(ray, "get", lambda refs, timeout=None: refs)
+
+    ray_collector.RayEngine().start_eval_round(topology, 3)
+    assert [a.calls for a in old] == [[("round", 3)], [("round", 3)]]
+    topology._restart(1)
+    assert replaced == [1, ("sub1", "sub1, restarted", "c" * 40)] and new.calls == [("round", 3)]

@@ -89,6 +89,7 @@ class RayTopology:
         self.puller = None
         self.scheme = None  # the Ray weight-sync scheme, when the trainer pushes weights
         self.recovery = None  # the run's side of restarts (RayEngine.supervise)
+        self.eval_round = 0  # the evaluation round started last (an eval run's actors): a restarted actor's too
 
     @property
     def actors(self) -> list:
@@ -224,6 +225,8 @@ class RayTopology:
             ray_placement.verify([self.actor_placement[c]])
         if self.puller is not None:
             self.puller.replace(old, actor, node["node_id"])
+            if self.eval_round:  # its node may be new: the round in progress, where its env workers read it
+                ray.get(actor.topo_eval_round.remote(self.eval_round), timeout=ROUND_S)
         self.recovery.instantiated(c)
 
     def _wait(self, c: int, ref) -> Any:
@@ -454,6 +457,7 @@ class RayEngine:
         """Each actor writes the round where its node's env workers read it (per-node run directories)."""
         import ray
 
+        topology.eval_round = number
         if topology.plan["placement"].get("run_dir", "per_node") == "per_node":
             ray.get([actor.topo_eval_round.remote(number) for actor in topology.actors], timeout=ROUND_S)
 
