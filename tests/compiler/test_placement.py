@@ -67,3 +67,27 @@ def test_local_engine_ignores_resources_with_a_warning():
     plan, diags = compile_dict(toy({"engine": "local", "resources": {"cpus": 4}}))
     assert [d.code for d in diags] == ["placement-ignored"]
     assert plan["placement"]["engine"] == "local"
+
+
+def test_the_eval_runs_actors_are_packed_beside_the_trainings():
+    """The eval run's actors (placement.resources each) and, with eval.policy: server, its own server's actor
+    start while the training's hold their nodes: the declared nodes must hold them all."""
+    def spec(nodes: int, policy: str, workers: int | None = None) -> dict:
+        data = toy({"engine": "ray", "resources": {"cpus": 3}, "server": {"cpus": 2},
+                    "nodes": [{"name": "n", "count": nodes, "cpus": 4}]}, subcollectors=2)
+        data["assignment"] = {"tasks": [0, 1]}
+        data["policy"] = {"factory": "topo.policies.tinyvla:make", "placement": "server"}
+        data["eval"] = {"tasks": [2, 3], "policy": policy, **({"workers": workers} if workers else {})}
+        return data
+
+    def unsatisfiable(data: dict) -> list[str]:
+        return [d.message for d in compile_dict(data)[1] if d.code == "eval-placement-unsatisfiable"]
+
+    assert unsatisfiable(spec(4, "server")) == [] and unsatisfiable(spec(4, "copy")) == []
+    [message] = unsatisfiable(spec(3, "server"))  # 2 x 3 + 2, then 3 + 2: 13 CPUs on 3 x 4
+    assert message.startswith("the evaluation's 1 actor(s) (placement.resources each) and its own inference server's "
+                              "actor (placement.server) fit on no declared node") and "cpus 13 asked / 12 declared" in message
+    [message] = unsatisfiable(spec(3, "copy"))  # 11 CPUs, but an actor's 3 are on one node: 3 | 3 | 3, then 2
+    assert "cpus 11 asked / 12 declared" in message
+    [message] = unsatisfiable(spec(4, "copy", workers={"subcollectors": 2, "workers_per_subcollector": 1}))
+    assert message.startswith("the evaluation's 2 actor(s) (placement.resources each) fit") and "cpus 14 asked / 16" in message

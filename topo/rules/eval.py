@@ -14,6 +14,7 @@ from ..diagnostics import Diagnostic, error, ids_text, warning
 from ..limits import MAX_EVAL_EPISODES, count as n_text
 from ..spec import Spec, parse_task_item
 from .context import Context
+from .placement import eval_beside_training
 from .render import devices
 from .seeds import SEED_LIMIT
 
@@ -165,6 +166,15 @@ def _episodes(spec: Spec, ctx: Context) -> list[Diagnostic]:
                          f"use at most {total} eval workers, or more episodes (trials: {need} gives {need * per})"))
     out += _held_out(spec, ctx)
     out += _seeds(spec, total)
+    actors = len(eval_plan.workers_of(spec, catalog, total))
+    short = eval_beside_training(spec, actors)
+    if short:
+        server = " and its own inference server's actor (placement.server)" if e.policy == "server" else ""
+        out.append(error("eval-placement-unsatisfiable", f"the evaluation's {actors} actor(s) (placement.resources "
+                         f"each){server} fit on no declared node beside the training's ({short}); its rounds would "
+                         "wait for resources until the eval run's startup deadline", PATH,
+                         "declare room for them in placement.nodes, or use fewer eval subcollectors (eval.workers)"
+                         + (", or eval.policy: copy" if e.policy == "server" else "")))
     return out
 
 

@@ -96,23 +96,42 @@ def _server(spec: Spec, kinds: tuple[Node, ...]) -> list[Diagnostic]:
 
 def _paper_check(spec: Spec, requests: list[Resources], kinds: tuple[Node, ...]) -> list[Diagnostic]:
     """Every request fits some node alone; do they fit all together?"""
-    out = []
-    path = ("placement", "nodes")
     if not all(any(fits(kind, r, {}) for kind in kinds) for r in requests):
-        return out
+        return []
     where = pack(requests, kinds)
     homeless = [c for c, n in enumerate(where) if n is None]
-    if homeless:
-        subs = [c for c in homeless if c < spec.subcollectors]  # the last request may be the inference server's
-        who = " and ".join(([f"subcollector(s) {ids_text(subs)}"] if subs else [])
-                           + (["the inference server"] if spec.subcollectors in homeless else []))
-        keys = ["cpus", "gpus", "memory_gb"] + sorted({k for r in requests for k, _ in r.custom})
-        total = {key: sum(_amount(r, key) for r in requests) for key in keys}
-        cap = {key: sum((kind.capacity(key) or 0) * kind.count for kind in kinds) for key in keys}
-        arithmetic = ", ".join(f"{key} {total[key]:g} asked / {cap[key]:g} declared" for key in keys if total[key])
-        out.append(error("placement-unsatisfiable", f"{who} fit on no node once the others "
-                         f"are placed ({arithmetic})", path, "declare more nodes, or ask for less per subcollector"))
-    return out
+    if not homeless:
+        return []
+    subs = [c for c in homeless if c < spec.subcollectors]  # the last request may be the inference server's
+    who = " and ".join(([f"subcollector(s) {ids_text(subs)}"] if subs else [])
+                       + (["the inference server"] if spec.subcollectors in homeless else []))
+    return [error("placement-unsatisfiable", f"{who} fit on no node once the others are placed "
+                  f"({asked_and_declared(requests, kinds)})", ("placement", "nodes"),
+                  "declare more nodes, or ask for less per subcollector")]
+
+
+def eval_beside_training(spec: Spec, eval_actors: int) -> str | None:
+    """Under Ray with declared nodes, where the training's actors fit: None when the eval run's ``eval_actors``
+    (each asking for ``placement.resources``) and, with ``eval.policy: server``, its own inference server's actor
+    fit beside them; else what is asked against what is declared."""
+    kinds = spec.placement.nodes
+    if spec.placement.engine != "ray" or not kinds or spec.eval is None:
+        return None
+    training = requests_with_server(spec)
+    if None in pack(training, kinds):
+        return None  # placement-unsatisfiable says so
+    evaluation = [Resources.merge(Resources(), spec.placement.resources)] * eval_actors
+    evaluation += [server_resources(spec)] if spec.eval.policy == "server" and serves_on_ray(spec) else []
+    both = training + evaluation
+    return None if None not in pack(both, kinds) else asked_and_declared(both, kinds)
+
+
+def asked_and_declared(requests: list[Resources], kinds: tuple[Node, ...]) -> str:
+    """``cpus 10 asked / 8 declared, ...``: each resource the requests ask for, in all, against the nodes'."""
+    keys = ["cpus", "gpus", "memory_gb"] + sorted({k for r in requests for k, _ in r.custom})
+    total = {key: sum(_amount(r, key) for r in requests) for key in keys}
+    cap = {key: sum((kind.capacity(key) or 0) * kind.count for kind in kinds) for key in keys}
+    return ", ".join(f"{key} {total[key]:g} asked / {cap[key]:g} declared" for key in keys if total[key])
 
 
 def _amount(r: Resources, key: str) -> float:
