@@ -290,9 +290,10 @@ def test_the_server_actor_is_checked_and_reported_as_a_subcollectors_actor_is():
         ray_server.verify({**row, "problems": ["its node has no resource 'node_b'"]})
 
 
-def test_an_actor_restarted_during_an_evaluation_round_gets_that_round_on_its_node(tmp_path, monkeypatch):
-    """Eval rounds are written on each actor's node; an eval actor restarted (maybe on another node) is given the
-    round in progress, which its env workers read at their next reset, rather than waiting for the next round."""
+def test_a_restarted_actor_leaves_its_records_pulled_and_gets_the_eval_round_in_progress(tmp_path, monkeypatch):
+    """Before its actor ends, a restarted subcollector's node records are pulled through it; eval rounds are written
+    on each actor's node, and an eval actor restarted (maybe on another node) is given the round in progress, which
+    its env workers read at their next reset, rather than waiting for the next round."""
     ray = pytest.importorskip("ray")
     from types import SimpleNamespace
 
@@ -314,12 +315,14 @@ def test_an_actor_restarted_during_an_evaluation_round_gets_that_round_on_its_no
     topology = ray_collector.RayTopology(collector, compiled)
     topology.recovery = SimpleNamespace(restarting=lambda c: (1, compiled["subcollectors"][c]["workers"]),
                                         restart_policy=lambda c: None, instantiated=lambda c: None)
-    topology.puller = SimpleNamespace(replace=lambda was, now, node: replaced.append((was.name, now.name, node)))
-    monkeypatch.setattr(ray_collector, "_end", lambda actor: None)
+    topology.puller = SimpleNamespace(replace=lambda was, now, node: replaced.append((was.name, now.name, node)),
+                                      pull=lambda timeout: replaced.append("pulled"))
+    monkeypatch.setattr(ray_collector, "_end", lambda actor: replaced.append(f"ended {actor.name}"))
     monkeypatch.setattr(topology, "_wait", lambda c, ref: {"node_id": "c" * 40})
     monkeypatch.setattr(ray, "get", lambda refs, timeout=None: refs)
 
     ray_collector.RayEngine().start_eval_round(topology, 3)
     assert [a.calls for a in old] == [[("round", 3)], [("round", 3)]]
     topology._restart(1)
-    assert replaced == [1, ("sub1", "sub1, restarted", "c" * 40)] and new.calls == [("round", 3)]
+    # the old actor's node's records pulled through it before it ends (the new one may land on another node)
+    assert replaced == ["pulled", "ended sub1", 1, ("sub1", "sub1, restarted", "c" * 40)] and new.calls == [("round", 3)]

@@ -206,6 +206,8 @@ class RayTopology:
         while True:
             restart, rows = self.recovery.restarting(c)
             old = self.actors[c]
+            if self.puller is not None:  # the new actor may land elsewhere: its node's records so far, through it
+                self.puller.pull(timeout=END_S)
             _end(old)
             # the server's client of the old actor may hold the answer to a request it never read: a new one
             actor = self.collector.replace(c, env_factory(self.plan, c, rows), restart, self.recovery.restart_policy(c))
