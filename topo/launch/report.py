@@ -326,7 +326,7 @@ def not_closed(state, killed: list[int]) -> list[dict]:
         elif by is not None:
             why = f"ended by its subcollector's {'restart' if cause is not None else 'recycle'}"
         else:
-            why = "killed at teardown" if w.pid in killed else "no close record"
+            why = "killed at teardown" if w.local and w.pid in killed else "no close record"  # killed: pids of this host
         out.append({"subcollector": w.subcollector, "worker": w.index, "restart": w.restart, "pid": w.pid, "why": why})
     return out
 
