@@ -18,18 +18,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .version import __version__
+from topo.version import __version__
 
-from .errors import LaunchError, SpecError, StalePlanError, TopoError, UsageError
-from .load import Source
-from .load import load as load_spec
-from .plan import compile_source, compile_spec
-from .validate import Checked, validate
-from .api import Plan, PlanSource, Row, Subcollector, load
-from .episodes import EpisodeId, Episodes, episode_id
+from topo.errors import LaunchError, SpecError, StalePlanError, TopoError, UsageError
+from topo.load import Source
+from topo.load import load as load_spec
+from topo.plan import compile_source, compile_spec
+from topo.validate import Checked, validate
+from topo.api import Plan, PlanSource, Row, Subcollector, load
+from topo.episodes import EpisodeId, Episodes, episode_id
 
 if TYPE_CHECKING:
-    from .launch.session import Run
+    from topo.launch.session import Run
 
 __all__ = [
     "Checked", "EpisodeId", "Episodes", "LaunchError", "Plan", "PlanSource", "Row", "Source", "SpecError", "StalePlanError", "Subcollector",
@@ -54,7 +54,7 @@ def collector(source: PlanSource | Plan, **options: Any) -> Run:
             raise UsageError(f"{', '.join(given)}= apply when a plan is loaded: pass them to topo.load")
         options.setdefault("allow_edited", source.allow_edited)
         source = source.data
-    from .launch.session import collector as run
+    from topo.launch.session import collector as run
 
     return run(source, **options)
 
@@ -62,6 +62,6 @@ def collector(source: PlanSource | Plan, **options: Any) -> Run:
 def eval_table(result: dict[str, Any]) -> str:
     """An evaluation's result (``run.evaluate()``, ``run.evaluations``) as a person reads it: the headline
     (successes, rate, 95 % interval, the weights version) and one line per task, held-out ones marked."""
-    from .launch.eval_results import table
+    from topo.launch.eval_results import table
 
     return table(result)

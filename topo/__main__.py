@@ -1,4 +1,4 @@
 """``python -m topo``: the ``topo`` command."""
-from .cli import main
+from topo.cli import main
 
 main(prog_name="topo")

@@ -12,9 +12,9 @@ import copy
 import os
 from typing import Any, Mapping, TypedDict, Union, cast
 
-from . import plan as planmod
-from . import planfile
-from .errors import UsageError
+from topo import plan as planmod
+from topo import planfile
+from topo.errors import UsageError
 
 __all__ = ["Plan", "PlanSource", "Row", "Subcollector", "load"]
 
@@ -114,7 +114,7 @@ class Plan:
     def dry_run(self, *, limit: int | None = None, width: int = 120) -> str:
         """The assignment table and coverage summary: what ``topo plan SPEC --dry-run [--limit N]`` prints
         (``width``: the terminal's columns; the CLI uses 120 when its output is not a terminal)."""
-        from . import render
+        from topo import render
 
         return render.plan_text(self.data, "table", limit, width)
 
@@ -143,7 +143,7 @@ class Plan:
         if section is None:
             raise UsageError(f"plan {self.name!r} has no policy section: add `policy: {{factory: ..., kwargs: ...}}` to "
                              "the spec, or build the policy yourself and pass policy_factory= to topo.collector")
-        from .worker import import_builder
+        from topo.worker import import_builder
 
         return import_builder(section["factory"])(**section["kwargs"])
 
@@ -169,7 +169,7 @@ def load(source: PlanSource | Plan, *, variables: Mapping[str, str] | None = Non
     Raises :class:`~topo.errors.SpecError` (every problem, each located), :class:`~topo.errors.StalePlanError`
     or :class:`~topo.errors.UsageError` (arguments that do not apply to ``source``). Imports no torch.
     """
-    from .launch.plans import resolve
+    from topo.launch.plans import resolve
 
     if isinstance(source, Plan):
         if variables or spec or allow_edited:

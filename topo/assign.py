@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .backends.base import Assignment, Backend, TaskCatalog
-from .spec import Spec
+from topo.backends.base import Assignment, Backend, TaskCatalog
+from topo.spec import Spec
 
 GROUP_ID_OFFSET = 10**6
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import yaml
 
-from .diagnostics import Diagnostic
-from .errors import SpecError
-from .limits import MAX_DEPTH, MAX_NODES, count
+from topo.diagnostics import Diagnostic
+from topo.errors import SpecError
+from topo.limits import MAX_DEPTH, MAX_NODES, count
 
 PARSER = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader  # libyaml: fast, linear at any depth
 COUNT_CAP = 10**18  # past a limit, counts stop growing here (anchors of anchors grow exponentially)

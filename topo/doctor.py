@@ -17,9 +17,9 @@ import subprocess
 from typing import Any, Iterable
 
 
-from . import child
-from .backends import Backend, available, get_backend
-from .checks import FAIL, OK, WARN, Check
+from topo import child
+from topo.backends import Backend, available, get_backend
+from topo.checks import FAIL, OK, WARN, Check
 
 #: a process that imports torch + torchrl holds ~0.37 GB (measured): a collector, or a worker whose
 #: backend states no ``memory_per_worker_gb``
@@ -80,7 +80,7 @@ def _gl_per_gpu(gpus: list[int], egl: dict | None, numbering: str = "cuda", fall
 
 def _resolve_all(gpus: list[int], devices: list[int | None], numbering: str, fallback: bool) -> dict[int, dict | str]:
     """Each render id's device as its worker will resolve it (:func:`topo.gl.resolve_device`), or why not."""
-    from .gl import resolve_device
+    from topo.gl import resolve_device
 
     out: dict[int, dict | str] = {}
     for g in gpus:
@@ -114,7 +114,7 @@ def check_imports(plan: dict, probe: dict, backend: Backend | None) -> Check:
 
 def check_torchrl(probe: dict, features: tuple[str, ...]) -> Check:
     """The installed torchrl against what topo needs of it for this plan (:mod:`topo.launch.boundary`)."""
-    from .launch.boundary import Support
+    from topo.launch.boundary import Support
 
     if "error" in probe and "version" not in probe:
         return Check("torchrl", FAIL, f"torchrl could not be checked: {probe['error']}", "pip install 'topo[launch]'")
@@ -312,20 +312,20 @@ def _probe_imports(name: str, builder: str, *modules: str) -> dict:
 
 
 def _probe_torchrl(*features: str) -> dict:
-    from .launch.boundary import check
+    from topo.launch.boundary import check
 
     return check(tuple(features)).to_dict(tuple(features))
 
 
 def _features(plan: dict) -> tuple[str, ...]:
-    from .launch.boundary import features_of
+    from topo.launch.boundary import features_of
 
     return features_of(plan, (plan.get("policy") or {}).get("placement") if (plan.get("policy") or {}).get("factory")
                        else None)
 
 
 def _probe_gl() -> dict:
-    from .gl import gl_renderer, select
+    from topo.gl import gl_renderer, select
 
     gl = select()
     import mujoco
@@ -339,7 +339,7 @@ def _probe_gl() -> dict:
 
 
 def _probe_egl() -> dict:
-    from .gl import egl_devices
+    from topo.gl import egl_devices
 
     return {"devices": egl_devices()}
 

@@ -8,9 +8,9 @@ from dataclasses import asdict
 
 import click
 
-from .checks import FAIL
-from .doctor import render_text, run_checks
-from .plan import engine
+from topo.checks import FAIL
+from topo.doctor import render_text, run_checks
+from topo.plan import engine
 
 
 @click.command()
@@ -27,12 +27,12 @@ def doctor(spec, assignments, fmt, node_timeout):
 
     Exit 0 when nothing blocks a launch (warnings allowed), 1 when a check fails, 2 on a bad spec.
     """
-    from .launch.plans import resolve
-    from .load import parse_assignments
+    from topo.launch.plans import resolve
+    from topo.load import parse_assignments
 
     plan = resolve(spec, parse_assignments(assignments))
     if engine(plan) == "ray":
-        from .doctor_ray import doctor_cluster
+        from topo.doctor_ray import doctor_cluster
 
         sys.exit(doctor_cluster(spec, plan, fmt, node_timeout))
     checks = run_checks(plan)

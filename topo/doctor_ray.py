@@ -16,11 +16,11 @@ from typing import Any
 
 import click
 
-from .checks import FAIL, OK, Check
-from .doctor import _available_gb, _backend, check_lines, estimate_memory, host_checks, summary, worker_gb
-from .errors import LaunchError
-from .launch.ray_collector import HINT, check_reachable, runtime_env
-from .launch.ray_placement import custom_resources, holds, reason
+from topo.checks import FAIL, OK, Check
+from topo.doctor import _available_gb, _backend, check_lines, estimate_memory, host_checks, summary, worker_gb
+from topo.errors import LaunchError
+from topo.launch.ray_collector import HINT, check_reachable, runtime_env
+from topo.launch.ray_placement import custom_resources, holds, reason
 
 #: the doctor's tasks see the node's GPUs: Ray hides them from a task that asks for none (CUDA_VISIBLE_DEVICES="")
 NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from .diagnostics import Diagnostic
+from topo.diagnostics import Diagnostic
 
 
 class TopoError(Exception):

@@ -20,11 +20,11 @@ import copy
 import json
 from typing import Any, Iterator
 
-from .assign import seeds as training_seeds
-from .assign import task_list
-from .backends.base import Assignment, Backend, TaskCatalog
-from .limits import MAX_EVAL_EPISODES
-from .spec import Eval, Spec
+from topo.assign import seeds as training_seeds
+from topo.assign import task_list
+from topo.backends.base import Assignment, Backend, TaskCatalog
+from topo.limits import MAX_EVAL_EPISODES
+from topo.spec import Eval, Spec
 
 ROLE = "eval"
 

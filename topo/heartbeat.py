@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .rundir import RunDir, restart_number
+from topo.rundir import RunDir, restart_number
 
 #: (started, ended, memory read at, pid, rss bytes, peak rss bytes, steps, step mean s, baseline s, resets)
 SLOT = struct.Struct("=dddqqqqddq")

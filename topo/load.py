@@ -13,10 +13,10 @@ from typing import Any, Mapping
 
 import yaml
 
-from .compose import SMALLER, compose
-from .diagnostics import Diagnostic, error
-from .errors import SpecError
-from .limits import MAX_SPEC_BYTES, count
+from topo.compose import SMALLER, compose
+from topo.diagnostics import Diagnostic, error
+from topo.errors import SpecError
+from topo.limits import MAX_SPEC_BYTES, count
 
 TEMPLATE_SUFFIXES = (".j2", ".jinja", ".jinja2")
 KeyPath = tuple  # a key path: tuple of str | int
@@ -136,7 +136,7 @@ def _read(file: str) -> str:
 def _render(file: str, text: str, variables: Mapping[str, str]) -> str:
     import jinja2
 
-    from .template import TemplateLimit, render
+    from topo.template import TemplateLimit, render
 
     try:
         return render(text, variables)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .spec import Node, Request, Spec
+from topo.spec import Node, Request, Spec
 
 GB = 1024**3
 

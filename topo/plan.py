@@ -10,14 +10,14 @@ import gc
 import json
 from typing import Any, Callable, Mapping
 
-from . import eval_plan, placement
-from .assign import GROUP_ID_OFFSET, assign
-from .coverage import coverage
-from .errors import SpecError
-from .load import Source, load
-from .planfile import FORMAT, seal
-from .validate import Checked, validate
-from .version import __version__
+from topo import eval_plan, placement
+from topo.assign import GROUP_ID_OFFSET, assign
+from topo.coverage import coverage
+from topo.errors import SpecError
+from topo.load import Source, load
+from topo.planfile import FORMAT, seal
+from topo.validate import Checked, validate
+from topo.version import __version__
 
 __all__ = ["FORMAT", "compile_checked", "dumps", "preload_modules", "rows", "write"]
 

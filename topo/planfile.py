@@ -18,10 +18,10 @@ import os
 from dataclasses import replace
 from typing import Any, Iterator, Mapping
 
-from . import schema
-from .diagnostics import Diagnostic, error, format_path, warning
-from .errors import SpecError, StalePlanError
-from .limits import MAX_PLAN_BYTES, MAX_PLAN_DEPTH, MAX_SPEC_BYTES, count
+from topo import schema
+from topo.diagnostics import Diagnostic, error, format_path, warning
+from topo.errors import SpecError, StalePlanError
+from topo.limits import MAX_PLAN_BYTES, MAX_PLAN_DEPTH, MAX_SPEC_BYTES, count
 
 FORMAT = "topo.plan/1"
 SCHEMA_FILE = "topo-plan.schema.json"
@@ -107,7 +107,7 @@ def _fail(file: str, code: str, message: str, hint: str | None) -> None:
 
 def check_compatible(plan: Mapping[str, Any]) -> None:
     """Raise :class:`StalePlanError` unless this topo can run a plan of ``plan``'s format and version."""
-    from .version import __version__
+    from topo.version import __version__
 
     if plan.get("format") != FORMAT:
         raise StalePlanError(f"plan format {plan.get('format')!r} is not {FORMAT!r}; re-run `topo plan`")

@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable
 
-from .diagnostics import Diagnostic, ids_text
-from .plan import dumps, engine
-from .planfile import seal
+from topo.diagnostics import Diagnostic, ids_text
+from topo.plan import dumps, engine
+from topo.planfile import seal
 
 COLUMNS = (("w", "index"), ("g", "global_index"), ("task", "task_id"), ("group_id_offset", "group_id_offset"),
            ("seed", "seed"), ("init", "init"), ("gpu", "render_gpu"), ("instruction", "instruction"))

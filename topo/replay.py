@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from .episodes import Episode, Episodes, find_run, joined
-from .errors import UsageError
-from .launch.restarts import restart_rows
-from .worker import import_builder
+from topo.episodes import Episode, Episodes, find_run, joined
+from topo.errors import UsageError
+from topo.launch.restarts import restart_rows
+from topo.worker import import_builder
 
 FRAME_KEYS = ("pixels", ("observation", "image"))
 STRIP_FRAMES = 16  # frames in a PNG strip, evenly spaced over the episode
@@ -76,7 +76,7 @@ def replay(run: str, episode: str | int, *, actions: dict[str, np.ndarray] | Non
     path) receives the frames. Raises :class:`~topo.errors.UsageError` for an unknown episode, a run that
     recorded no actions, or a video of an env without images.
     """
-    from .envs.recording import EpisodeLog, decode_seed_state, restore_seed_state
+    from topo.envs.recording import EpisodeLog, decode_seed_state, restore_seed_state
 
     run_dir = _run_dir(run)
     episodes = Episodes(run_dir)
@@ -156,7 +156,7 @@ def _eval_env(row: dict, found: Episode):
     if found.planned is None:
         raise UsageError(f"eval episode {found.id} names plan episode {found.start.get('eval_episode')}, which its "
                          "row does not schedule")
-    from .envs.scheduled import ScheduledEnv
+    from topo.envs.scheduled import ScheduledEnv
 
     kwargs = row["kwargs"]
     render = {key: kwargs.get(key) for key in ("render_gpu", "render_numbering", "render_fallback")}

@@ -12,8 +12,8 @@ import sys
 
 import click
 
-from .episodes import Episode, Episodes, find_run
-from .errors import UsageError
+from topo.episodes import Episode, Episodes, find_run
+from topo.errors import UsageError
 
 COLUMNS = ("id", "subcollector", "worker", "task_id", "init_state", "group_id", "seed", "steps", "return", "success",
            "ended", "policy_versions")
@@ -73,7 +73,7 @@ def replay(run, episode, video, actions_file, fmt):
     Needs launch.record_actions: true."""
     import numpy as np
 
-    from .replay import replay as run_replay
+    from topo.replay import replay as run_replay
 
     actions = None
     if actions_file is not None:

@@ -8,7 +8,7 @@ from dataclasses import replace
 from importlib import resources
 from typing import Any
 
-from .diagnostics import Diagnostic, error
+from topo.diagnostics import Diagnostic, error
 
 SCHEMA_FILE = "topo-spec.schema.json"
 _TYPE_NAMES = {
@@ -46,7 +46,7 @@ def check(data: Any) -> list[Diagnostic]:
 @functools.lru_cache(maxsize=None)
 def quick(name: str = SCHEMA_FILE, part: str | None = None):
     """Schema ``name`` (or its ``$defs`` entry ``part``) as a predicate: the fast path (:mod:`topo.quickschema`)."""
-    from .quickschema import compile_schema
+    from topo.quickschema import compile_schema
 
     whole = schema(name)
     return compile_schema(whole if part is None else {"$ref": f"#/$defs/{part}"}, whole)

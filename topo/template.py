@@ -18,7 +18,7 @@ from jinja2 import nodes
 from jinja2.sandbox import SandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
-from .limits import MAX_SPEC_BYTES, MAX_TEMPLATE_STEPS, count
+from topo.limits import MAX_SPEC_BYTES, MAX_TEMPLATE_STEPS, count
 
 MAX_INT_BITS = 65_536
 """Bits of an integer a template computes (about 20,000 digits; Python prints at most 4,300)."""

@@ -5,13 +5,13 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from . import schema
-from .backends import Backend, TaskCatalog
-from .diagnostics import Diagnostic, error, sort_key
-from .load import Source
-from .rules import RULES, context
-from .rules.untyped import backend_alone, not_json, too_many_ids
-from .spec import Spec, from_data
+from topo import schema
+from topo.backends import Backend, TaskCatalog
+from topo.diagnostics import Diagnostic, error, sort_key
+from topo.load import Source
+from topo.rules import RULES, context
+from topo.rules.untyped import backend_alone, not_json, too_many_ids
+from topo.spec import Spec, from_data
 
 
 @dataclass

@@ -8,9 +8,9 @@ import time
 import traceback
 from typing import Any
 
-from . import gl, heartbeat
-from .episodes import RECORD_VAR
-from .rundir import RunDir, eval_round, record_close, restart_number
+from topo import gl, heartbeat
+from topo.episodes import RECORD_VAR
+from topo.rundir import RunDir, eval_round, record_close, restart_number
 
 
 def import_builder(path: str):
@@ -60,7 +60,7 @@ def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: in
                model_cache=getattr(instance, "topo_model_cache", None))
     record = os.environ.get(RECORD_VAR, "episodes")
     if "global_index" in where and record != "off":
-        from .envs.recording import wrap
+        from topo.envs.recording import wrap
 
         instance = wrap(instance, run.path, where, seed, restart_number(), record == "actions")
     record_close(instance, run, where)
@@ -69,7 +69,7 @@ def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: in
 
 
 def _scheduled(builder: str, schedule: dict, seed: int | None, render: dict, run: RunDir | None):
-    from .envs.scheduled import ScheduledEnv
+    from topo.envs.scheduled import ScheduledEnv
 
     instance = ScheduledEnv(schedule, lambda env: import_builder(builder)(dict(env), **render),
                             (lambda: eval_round(run)) if run is not None else (lambda: 1))

@@ -15,7 +15,7 @@ import importlib
 import importlib.metadata
 import re
 
-from .base import Assignment, Backend, BatchKeys, TaskCatalog
+from topo.backends.base import Assignment, Backend, BatchKeys, TaskCatalog
 
 GROUP = "topo.backends"
 _BUILTIN = {
@@ -59,7 +59,7 @@ def get_backend(name: str) -> Backend:
         if ep.name == name:
             return _load(ep)
     if is_factory_path(name):
-        from .callable import CallableBackend
+        from topo.backends.callable import CallableBackend
 
         return CallableBackend(name)
     raise KeyError(name)

@@ -14,8 +14,8 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
-from ..checks import Check
-from ..diagnostics import Diagnostic, error
+from topo.checks import Check
+from topo.diagnostics import Diagnostic, error
 
 
 @dataclass(frozen=True)

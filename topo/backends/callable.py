@@ -7,8 +7,8 @@ from __future__ import annotations
 import importlib.util
 from typing import Any, Mapping, Sequence
 
-from ..diagnostics import Diagnostic, error
-from .base import Assignment, Backend
+from topo.diagnostics import Diagnostic, error
+from topo.backends.base import Assignment, Backend
 
 ASSIGNMENT_KEYS = ("task_id", "instruction", "group_id_offset", "group_repeats", "group_id_mode",
                    "init_state_mode", "init_state_id", "seed", "render_gpu")

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ..diagnostics import Diagnostic, error
-from .base import Assignment, Backend
+from topo.diagnostics import Diagnostic, error
+from topo.backends.base import Assignment, Backend
 
 
 class GymBackend(Backend):

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..checks import FAIL, OK, WARN, Check
-from ..diagnostics import Diagnostic, error, ids_text
-from .base import Assignment, Backend, TaskCatalog
+from topo.checks import FAIL, OK, WARN, Check
+from topo.diagnostics import Diagnostic, error, ids_text
+from topo.backends.base import Assignment, Backend, TaskCatalog
 
 SCENE_FILE = Path("scenes") / "libero_tabletop_base_style.xml"  # the first asset a LIBERO env loads
 STANDARD_SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .compare import parent_envs
+from topo.bench.compare import parent_envs
 
 
 def _pyplot():

@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from .modes import DEFAULT, MODES
+from topo.bench.modes import DEFAULT, MODES
 
 CACHES = {"warm": (False,), "cold": (True,), "both": (True, False)}
 
@@ -39,11 +39,11 @@ def bench(spec, assignments, modes, repeats, cap, cache, sweep, out_dir, batches
     against the baseline (recipe: what torchrl's vla_grpo recipe runs today), each env worker's peak memory,
     and each mode's lower bound: max(chain, work / cores) from one worker's phases measured alone
     (start + imports, paid once per importing process; construction + first reset, paid by every worker)."""
-    from ..plan import compile_spec
-    from ..load import parse_assignments
-    from ..plan import dumps
-    from . import chart, compare, runs, sweep as sweeps
-    from .modes import model_cache, own_builder, variant, with_model_cache
+    from topo.plan import compile_spec
+    from topo.load import parse_assignments
+    from topo.plan import dumps
+    from topo.bench import chart, compare, runs, sweep as sweeps
+    from topo.bench.modes import model_cache, own_builder, variant, with_model_cache
 
     chosen = [m.strip() for m in (modes or (DEFAULT if sweep else ",".join(MODES))).split(",") if m.strip()]
     unknown = [m for m in chosen if m not in MODES]
@@ -152,7 +152,7 @@ def bench(spec, assignments, modes, repeats, cap, cache, sweep, out_dir, batches
 
 
 def _costs(singles):
-    from .compare import costs_of
+    from topo.bench.compare import costs_of
 
     costs = costs_of(singles)
     return None if costs is None else costs.as_dict()

@@ -26,8 +26,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from ..launch.report import ROLES
-from .modes import baseline as baseline_of
+from topo.launch.report import ROLES
+from topo.bench.modes import baseline as baseline_of
 
 PHASES = ("subcollectors_up", "workers_started", "workers_built", "all_ready")
 COLD = "/cold"  # label suffix of a run started on an empty model cache

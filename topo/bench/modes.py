@@ -28,7 +28,7 @@ import copy
 import os
 from typing import Any
 
-from ..plan import preload_modules
+from topo.plan import preload_modules
 
 MODES = ("recipe", "legacy", "homogeneous", "workers", "forkserver", "forkserver-preload", "fork", "capped")
 #: what every ratio is to: the first of these in a run (``recipe`` unless ``--modes`` leaves it out)

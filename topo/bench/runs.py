@@ -48,7 +48,7 @@ def launch(plan_path: str, out_dir: str, batches: int, extra: list[str]) -> dict
 
 def single(plan_path: str) -> dict[str, Any]:
     """One worker alone in a fresh process: process start, imports, construction, first reset."""
-    from .single import T0_VAR
+    from topo.bench.single import T0_VAR
 
     started = time.perf_counter()
     env = {**os.environ, T0_VAR: repr(time.time())}

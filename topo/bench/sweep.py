@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from .compare import Costs, Shape, lower_bound, spread, split_mode
+from topo.bench.compare import Costs, Shape, lower_bound, spread, split_mode
 
 
 def parse(value: str) -> tuple[str, list[str]]:

@@ -34,7 +34,7 @@ def build(env: Mapping[str, Any], render_gpu: int | None = None, render_numberin
     """``LiberoEnv(**env)`` (less ``options``) with rendering, config, init states and options set up."""
     kwargs, device = _prepared(env, render_gpu, render_numbering, render_fallback)
     options = builder_options(kwargs.pop("options", None))
-    from .libero_env import TopoLiberoEnv
+    from topo.envs.libero_env import TopoLiberoEnv
 
     return _rendered_by(TopoLiberoEnv(topo_options=options, topo_cache=model_cache(options), **kwargs), device)
 
@@ -89,7 +89,7 @@ def warm(env: Mapping[str, Any], directory: str | os.PathLike | None = None) -> 
     prepare_libero()
     from torchrl.envs import LiberoEnv
 
-    from . import robosuite_scope
+    from topo.envs import robosuite_scope
 
     robosuite_scope.install()
     with robosuite_scope.scope(robosuite_scope.Scope(cache=cache, label=label, warm_only=True)) as state:
@@ -147,7 +147,7 @@ def model_cache(options: Mapping[str, Any]):
     """The :class:`~topo.envs.mujoco_cache.ModelCache` the options name, or None when it is off."""
     from topo.model_cache import cache_dir
 
-    from .mujoco_cache import ModelCache
+    from topo.envs.mujoco_cache import ModelCache
 
     directory = cache_dir(options["model_cache"])
     return None if directory is None else ModelCache(directory)

@@ -36,8 +36,8 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 from torchrl.envs import LiberoEnv
 
-from . import robosuite_scope
-from .robosuite_scope import Scope, scope
+from topo.envs import robosuite_scope
+from topo.envs.robosuite_scope import Scope, scope
 
 
 class TopoLiberoEnv(LiberoEnv):

@@ -27,7 +27,7 @@ from tensordict import TensorDictBase
 from torchrl.data import Unbounded
 from torchrl.envs import EnvBase
 
-from ..episodes import KEY, EpisodeId, life_file
+from topo.episodes import KEY, EpisodeId, life_file
 
 MAX_TENSOR = 1 << 16  # env attributes: tensors up to this many elements are state; larger ones are data
 _NESTED = ("_env", "env", "inner")  # where a wrapper keeps what it wraps: their generators are state too

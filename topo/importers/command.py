@@ -32,10 +32,10 @@ def vla_grpo(config, overrides, out, strict):
     differs from the recipe on purpose (the eval seeds), and what a spec does not express (policy, inference
     server, replay, logging), is said on stderr and at the end of the spec; unknown keys are warned about.
     """
-    from ..errors import SpecError
-    from ..render import diagnostics_text
-    from . import hydra
-    from .vla_grpo import convert
+    from topo.errors import SpecError
+    from topo.render import diagnostics_text
+    from topo.importers import hydra
+    from topo.importers.vla_grpo import convert
 
     imported = convert(hydra.read(config, overrides), os.path.basename(config))
     if strict and imported.warnings:

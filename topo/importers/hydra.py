@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
-from ..diagnostics import Diagnostic, error
-from ..errors import SpecError
-from ..load import Source, load
+from topo.diagnostics import Diagnostic, error
+from topo.errors import SpecError
+from topo.load import Source, load
 
 OVERRIDE = re.compile(r"(?P<prefix>\+\+|\+|~)?(?P<key>[A-Za-z_][\w\-]*(?:\.[\w\-]+)*)(?:=(?P<value>.*))?", re.S)
 INTERPOLATION = re.compile(r"(?<!\\)\$\{([^${}]*)\}")

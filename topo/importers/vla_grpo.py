@@ -17,10 +17,10 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..diagnostics import Diagnostic, error, warning
-from ..errors import SpecError
-from .hydra import RESOLVE_HINT, Config, _get
-from .writer import document, flow
+from topo.diagnostics import Diagnostic, error, warning
+from topo.errors import SpecError
+from topo.importers.hydra import RESOLVE_HINT, Config, _get
+from topo.importers.writer import document, flow
 
 INIT_STATE_MODES = ("random", "cycle", "fixed")
 

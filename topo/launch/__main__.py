@@ -1,6 +1,6 @@
 """``python -m topo.launch`` is ``topo launch``."""
 import sys
 
-from ..cli import main
+from topo.cli import main
 
 main(["launch", *sys.argv[1:]], prog_name="topo")

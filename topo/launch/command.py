@@ -36,17 +36,17 @@ import click
 def launch(source, batches, policy_factory, report_dir, quiet, startup_timeout, max_concurrent_starts, assignments,
            spec_path, allow_edited_plan, evaluate_too):
     """Launch SOURCE (a spec, or a plan written by `topo plan -o`) and collect a few batches."""
-    from .. import gl
+    from topo import gl
 
     gl.hold()  # before torch: this process builds no env, so it opens no GL display (topo.gl)
     run = None
     try:
-        from ..load import parse_assignments
-        from . import plans
+        from topo.load import parse_assignments
+        from topo.launch import plans
 
         plan = plans.resolve(source, parse_assignments(assignments), spec_path, allow_edited=allow_edited_plan,
                              quiet=quiet)
-        from .session import Run  # torch: only for a plan that runs
+        from topo.launch.session import Run  # torch: only for a plan that runs
 
         run = Run(plan, policy_factory=policy_factory, report_dir=report_dir, progress=not quiet,
                   progress_while_collecting=True, startup_timeout=startup_timeout,
@@ -83,18 +83,18 @@ def launch(source, batches, policy_factory, report_dir, quiet, startup_timeout, 
 def evaluate(source, policy_factory, weights, rounds, report_dir, quiet, startup_timeout, assignments, spec_path,
              allow_edited_plan):
     """Evaluate a policy on SOURCE's eval rows: every (task, init state) its trials, per-task success."""
-    from .. import gl
+    from topo import gl
 
     gl.hold()
     evaluation = None
     try:
-        from ..load import parse_assignments
-        from . import plans
+        from topo.load import parse_assignments
+        from topo.launch import plans
 
         plan = plans.resolve(source, parse_assignments(assignments), spec_path, allow_edited=allow_edited_plan,
                              quiet=quiet)
-        from . import eval_results
-        from .evaluation import Evaluation
+        from topo.launch import eval_results
+        from topo.launch.evaluation import Evaluation
 
         evaluation = Evaluation(plan, policy_factory=policy_factory, out_dir=report_dir, report_dir=report_dir,
                                 progress=not quiet, startup_timeout=startup_timeout, process_logs=True)

@@ -18,9 +18,9 @@ import threading
 import time
 from typing import Iterator
 
-from ..errors import Interrupted, LaunchError, TopoError
-from . import failure as failures
-from .trainer import Signalled
+from topo.errors import Interrupted, LaunchError, TopoError
+from topo.launch import failure as failures
+from topo.launch.trainer import Signalled
 
 SETTLE_S = 2.0  # after torchrl raises: time for the monitor to see the death or record behind it
 

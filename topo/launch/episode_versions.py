@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ..episodes import KEY, versions_file
+from topo.episodes import KEY, versions_file
 
 
 def record(run_dir: str, subcollector: int, restart: int, number: int, batch: Any) -> None:

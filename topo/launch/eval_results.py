@@ -9,7 +9,7 @@ import math
 import os
 from typing import Any
 
-from ..diagnostics import ids_text
+from topo.diagnostics import ids_text
 
 Z95 = 1.959963984540054
 

@@ -20,11 +20,11 @@ from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
-from .. import child
-from ..errors import LaunchError, UsageError
-from ..rundir import RUN_DIR_VAR
-from . import processes
-from .trainer import TRAINER_VAR
+from topo import child
+from topo.errors import LaunchError, UsageError
+from topo.rundir import RUN_DIR_VAR
+from topo.launch import processes
+from topo.launch.trainer import TRAINER_VAR
 
 BOOT = "from topo.launch.evaluation import serve; sys.exit(serve(sys.argv[1:]))"  # the eval process
 BUSY_POLICIES = ("skip", "queue", "error")
@@ -127,7 +127,7 @@ class EvalService:
 
     def describe(self) -> dict[str, Any]:
         """The report's ``evaluation`` section: each round's figures, rounds skipped, the eval run's report."""
-        from .eval_results import brief
+        from topo.launch.eval_results import brief
 
         collector = self.report or {}
         return {"rounds": [brief(r) for r in self.results], "skipped": self.skipped,

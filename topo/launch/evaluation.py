@@ -26,11 +26,11 @@ from typing import Any, Callable
 
 import torch
 
-from ..diagnostics import ids_text
-from ..errors import LaunchError, UsageError
-from ..rundir import RUN_DIR_VAR, start_eval_round
-from . import eval_results
-from .policy import PolicySetup, build
+from topo.diagnostics import ids_text
+from topo.errors import LaunchError, UsageError
+from topo.rundir import RUN_DIR_VAR, start_eval_round
+from topo.launch import eval_results
+from topo.launch.policy import PolicySetup, build
 
 #: steps each eval worker takes per collected batch: small, so a round ends close to its last episode
 STEPS_PER_BATCH = 8
@@ -78,7 +78,7 @@ class Evaluation:
                  out_dir: str | None = None, **run_options: Any):
         from torchrl.envs.utils import ExplorationType
 
-        from .session import Run
+        from topo.launch.session import Run
 
         if not plan.get("eval"):
             raise UsageError("this plan has no eval section: add one to the spec (docs/guides/evaluation.md)")

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
-from ..errors import LaunchError
-from .state import RunState, Worker
+from topo.errors import LaunchError
+from topo.launch.state import RunState, Worker
 
 #: at one instant, who is the more likely cause
 _RANK = {"builder-raised": 0, "worker-died": 1, "worker-hung": 2, "policy-failed": 3, "subcollector-died": 4,

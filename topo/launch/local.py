@@ -10,9 +10,9 @@ import multiprocessing
 import os
 from typing import Any
 
-from .. import heartbeat
-from ..rundir import RunDir
-from . import observe
+from topo import heartbeat
+from topo.rundir import RunDir
+from topo.launch import observe
 
 
 def subcollector_env(index: int, rows: list[dict], start_method: str, launch: dict[str, Any]):
@@ -96,7 +96,7 @@ class LocalEngine:
         (and restores its own afterwards).
         """
         if "restarts" in self.capabilities:
-            from .respawn import RespawningAsyncCollector as Async, RespawningSyncCollector as Sync
+            from topo.launch.respawn import RespawningAsyncCollector as Async, RespawningSyncCollector as Sync
         else:
             from torchrl.collectors import MultiAsyncCollector as Async, MultiSyncCollector as Sync
 

@@ -21,11 +21,11 @@ import threading
 import time
 from typing import Callable
 
-from .. import heartbeat
-from ..plan import engine
-from . import failure, processes, restarts
-from .progress import Progress
-from .state import Phase, RunState
+from topo import heartbeat
+from topo.plan import engine
+from topo.launch import failure, processes, restarts
+from topo.launch.progress import Progress
+from topo.launch.state import Phase, RunState
 
 TICK_S = 0.1
 HANG_SCAN_S = 1.0  # heartbeats read this often (a hang is found within hang_timeout + this)

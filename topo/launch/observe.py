@@ -13,17 +13,17 @@ import functools
 import time
 from typing import Any, Callable
 
-from .. import heartbeat
-from . import episode_versions
-from ..assign import GROUP_ID_OFFSET as GROUP_BLOCK  # a plan group's ids lie in [group, group + 1) x this
-from ..rundir import RunDir, restart_number
+from topo import heartbeat
+from topo.launch import episode_versions
+from topo.assign import GROUP_ID_OFFSET as GROUP_BLOCK  # a plan group's ids lie in [group, group + 1) x this
+from topo.rundir import RunDir, restart_number
 
 _here: dict[str, Any] = {}  # in a subcollector process: its index and its batch count
 
 
 def set_subcollector(index: int, backend: str | None) -> None:
     """Called by the subcollector's env factory: the index :func:`hook` reports under, and its backend's batch keys."""
-    from ..backends import BatchKeys, get_backend
+    from topo.backends import BatchKeys, get_backend
 
     try:
         keys = get_backend(backend).batch_keys if backend else BatchKeys()

@@ -10,9 +10,9 @@ import os
 import sys
 from typing import Any, Mapping
 
-from .. import planfile
-from ..diagnostics import Diagnostic
-from ..errors import StalePlanError, UsageError
+from topo import planfile
+from topo.diagnostics import Diagnostic
+from topo.errors import StalePlanError, UsageError
 
 SHUTDOWN_BASE_S = 10.0
 SHUTDOWN_PER_WORKER_S = 5.0  # a ParallelEnv in worker-metadata mode closes its workers one at a time
@@ -43,7 +43,7 @@ def check_plan(plan: Any, *, allow_edited: bool = False, name: str = "<plan>") -
 
 def check_fresh(plan: Mapping[str, Any], spec_path: str | None) -> str | None:
     """Raise :class:`StalePlanError` unless the plan can run; returns the spec file it was checked against."""
-    from ..load import load
+    from topo.load import load
 
     planfile.check_compatible(plan)
     recorded = plan.get("spec") or {}
@@ -76,7 +76,7 @@ def shutdown_budget(plan: Mapping[str, Any], *, evaluation: bool = True) -> floa
     section = plan.get("eval") if evaluation else None
     if not section:
         return own
-    from .teardown import STAGES_S
+    from topo.launch.teardown import STAGES_S
 
     return own + shutdown_budget({"launch": plan["launch"], "subcollectors": section["subcollectors"]}) + \
         sum(STAGES_S.values())
@@ -88,9 +88,9 @@ def resolve(source: Any, variables: Mapping[str, str] | None = None, spec_path: 
 
     Compiler warnings and notes go to stderr, as ``topo plan`` prints them (``quiet``: errors only).
     """
-    from .. import render
-    from ..load import load
-    from ..plan import compile_source
+    from topo import render
+    from topo.load import load
+    from topo.plan import compile_source
 
     def say(diagnostics: list[Diagnostic]) -> None:
         if diagnostics and not quiet:

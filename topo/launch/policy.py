@@ -29,10 +29,10 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
-from ..errors import UsageError
-from ..rundir import RunDir, record
-from ..worker import import_builder
-from . import ray_server
+from topo.errors import UsageError
+from topo.rundir import RunDir, record
+from topo.worker import import_builder
+from topo.launch import ray_server
 
 PLACEMENTS = ("subcollector", "server")
 WEIGHT_SYNC = ("shared_mem", "multiprocess")
@@ -145,7 +145,7 @@ def in_server(factory: str | Callable, kwargs: dict, notes=None):
 def _server_notes(notes) -> Callable[..., None]:
     """How the server records a marker: into the run directory, or onto the trainer's queue (a Ray actor)."""
     if notes is not None:
-        from .ray_placement import here
+        from topo.launch.ray_placement import here
 
         return lambda name, **fields: notes.put(record(name, **fields, actor=here()))
     run = RunDir.current()

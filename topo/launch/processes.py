@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from ..rundir import RUN_DIR_VAR
+from topo.rundir import RUN_DIR_VAR
 
 #: ``ioctl(pidfd, PIDFD_GET_INFO)`` (Linux 6.15+): a reaped process's exit status, for whoever holds its pidfd
 _INFO_SIZE = 64

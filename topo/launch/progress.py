@@ -5,7 +5,7 @@ import sys
 import time
 from typing import TextIO
 
-from .state import Phase, RunState
+from topo.launch.state import Phase, RunState
 
 
 class Progress:

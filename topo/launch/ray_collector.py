@@ -15,12 +15,12 @@ import socket
 import time
 from typing import Any, Iterator
 
-from .. import gl
-from ..errors import LaunchError
-from ..episodes import RECORD_VAR
-from ..rundir import RUN_DIR_VAR, SLOTS_VAR
-from . import failure as failures, plans, processes
-from .ray_placement import reason
+from topo import gl
+from topo.errors import LaunchError
+from topo.episodes import RECORD_VAR
+from topo.rundir import RUN_DIR_VAR, SLOTS_VAR
+from topo.launch import failure as failures, plans, processes
+from topo.launch.ray_placement import reason
 
 CONNECT_TIMEOUT_S = 5.0
 POLL_S = 0.5  # between looks at the run's verdicts while waiting on actors
@@ -174,7 +174,7 @@ class RayTopology:
     def _failure(self, c: int, err: BaseException) -> failures.Failure:
         """What Ray's ``err`` says of subcollector ``c``: env workers that died (its actor saw them), its node
         lost, or its actor dead."""
-        from .ray_node import EnvWorkersDied
+        from topo.launch.ray_node import EnvWorkersDied
 
         now, state = time.time(), self.recovery.state
         node = self._node(c)
@@ -200,8 +200,8 @@ class RayTopology:
         judged as any failure (another restart, or the run's failure)."""
         import ray
 
-        from . import ray_placement
-        from .local import env_factory
+        from topo.launch import ray_placement
+        from topo.launch.local import env_factory
 
         while True:
             restart, rows = self.recovery.restarting(c)
@@ -304,7 +304,7 @@ def _placeable(plan: dict[str, Any], c: int) -> bool:
     """Whether an alive node of the cluster holds every custom resource subcollector ``c`` is planned with."""
     import ray
 
-    from .ray_placement import holds
+    from topo.launch.ray_placement import holds
 
     wanted = plan["placement"]["subcollectors"][c]["resources"]["custom"]
     return any(n.get("Alive") and holds(n.get("Resources", {}), wanted) for n in ray.nodes())
@@ -399,9 +399,9 @@ class RayEngine:
         ``policy`` is not passed on: RayCollector would pickle it to the actors instead of calling the
         factory there, and a scheme without a source calls the factory in the trainer.
         """
-        from .local import env_factories
-        from .ray_node import NodeCollector
-        from .ray_respawn import RespawningRayCollector
+        from topo.launch.local import env_factories
+        from topo.launch.ray_node import NodeCollector
+        from topo.launch.ray_respawn import RespawningRayCollector
 
         placement = plan["placement"]
         source = kwargs.pop("policy", None)
@@ -439,8 +439,8 @@ class RayEngine:
         the records written so far come to the trainer, then every :data:`~.ray_records.PULL_EVERY_S` seconds."""
         import ray
 
-        from . import ray_placement
-        from .ray_records import NodePuller
+        from topo.launch import ray_placement
+        from topo.launch.ray_records import NodePuller
 
         collector = topology.collector
         if topology.scheme is not None:

@@ -26,10 +26,10 @@ from typing import Any
 
 from torchrl.collectors import Collector
 
-from .. import heartbeat
-from ..rundir import RESTART_VAR, RUN_DIR_VAR, RunDir, start_eval_round
-from . import boundary, ray_placement
-from .ray_records import NODE_RUNS, appended, records_dir
+from topo import heartbeat
+from topo.rundir import RESTART_VAR, RUN_DIR_VAR, RunDir, start_eval_round
+from topo.launch import boundary, ray_placement
+from topo.launch.ray_records import NODE_RUNS, appended, records_dir
 
 
 WATCH_EVERY_S = 1.0  # how often an actor reads its env workers' heartbeats (launch.hang_timeout)

@@ -13,7 +13,7 @@ import os
 import socket
 from typing import Any
 
-from ..errors import LaunchError
+from topo.errors import LaunchError
 
 
 def here() -> dict[str, Any]:

@@ -14,8 +14,8 @@ import tempfile
 import threading
 from typing import Any
 
-from ..episodes import FOLDER as EPISODES
-from ..errors import LaunchError
+from topo.episodes import FOLDER as EPISODES
+from topo.errors import LaunchError
 
 PULL_EVERY_S = 2.0
 NODE_RUNS = "topo-node-runs"  # under a node's temp dir: one folder per (run, node)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from torchrl.collectors.distributed import RayCollector
 
-from . import boundary
+from topo.launch import boundary
 
 
 class RespawningRayCollector(RayCollector):

@@ -14,9 +14,9 @@ import threading
 import time
 from typing import Any, Callable
 
-from ..errors import LaunchError
-from ..rundir import RunDir
-from . import failure as failures, ray_placement
+from topo.errors import LaunchError
+from topo.rundir import RunDir
+from topo.launch import failure as failures, ray_placement
 
 WATCH_EVERY_S = 2.0  # between two looks at the server actor's health
 NOTES_S = 5.0  # for the server's record once its actor answered

@@ -13,15 +13,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager
 
-from .. import heartbeat
-from . import boundary, failure as failures, processes
-from .delivery import Delivery
-from .failure import Failure
-from .monitor import Monitor
-from .recycle import Recycle, Recycler
-from .restarts import Restart
-from .state import RunState, Subcollector
-from .teardown import RETIRED_EXIT_S
+from topo import heartbeat
+from topo.launch import boundary, failure as failures, processes
+from topo.launch.delivery import Delivery
+from topo.launch.failure import Failure
+from topo.launch.monitor import Monitor
+from topo.launch.recycle import Recycle, Recycler
+from topo.launch.restarts import Restart
+from topo.launch.state import RunState, Subcollector
+from topo.launch.teardown import RETIRED_EXIT_S
 
 VERDICT_S = 2.0  # a subcollector process ended: time for the monitor to see why (then the trainer says what it saw)
 POLL_S = 0.1
@@ -87,7 +87,7 @@ class Recovery:
         """Retire the current start of ``index`` (its process ``old``) and hand over its restart."""
         self._retire(index, old)
         restart, rows = self.restarting(index)
-        from .local import env_factory
+        from topo.launch.local import env_factory
 
         return Start(restart, env_factory(self.state.plan, index, rows), self.restart_policy(index), self.window(restart))
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .. import heartbeat
-from .restarts import restart_rows
+from topo import heartbeat
+from topo.launch.restarts import restart_rows
 
 GB = 2**30
 

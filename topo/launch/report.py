@@ -10,11 +10,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import TopoError
-from .. import episodes
-from . import observe, ray_placement
-from .state import RunState
-from .teardown import Record
+from topo.errors import TopoError
+from topo import episodes
+from topo.launch import observe, ray_placement
+from topo.launch.state import RunState
+from topo.launch.teardown import Record
 
 ROLES = ("trainer", "server", "subcollector", "worker")
 

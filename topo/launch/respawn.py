@@ -39,7 +39,7 @@ from typing import Any, Callable, ContextManager, Protocol
 
 from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector
 
-from . import boundary
+from topo.launch import boundary
 
 ACK_POLL_S = 0.05
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .failure import Failure
+from topo.launch.failure import Failure
 
 SEED_SPAN = 2 ** 63  # seeds live in [0, 2**63): sequence seeds are 63-bit
 

@@ -26,18 +26,18 @@ import threading
 import time
 from typing import Any, Callable
 
-from ..errors import LaunchError, UsageError
-from ..rundir import RunDir
-from . import boundary, failure as failures, observe, plans, teardown, trainer, watcher
-from .delivery import Delivery
-from .engines import engine_for
-from .eval_service import EvalService
-from .monitor import Monitor
-from .policy import Placement, PolicySetup
-from .progress import Progress
-from .recovery import Recovery
-from .report import Outcome, Report
-from .state import Phase, RunState
+from topo.errors import LaunchError, UsageError
+from topo.rundir import RunDir
+from topo.launch import boundary, failure as failures, observe, plans, teardown, trainer, watcher
+from topo.launch.delivery import Delivery
+from topo.launch.engines import engine_for
+from topo.launch.eval_service import EvalService
+from topo.launch.monitor import Monitor
+from topo.launch.policy import Placement, PolicySetup
+from topo.launch.progress import Progress
+from topo.launch.recovery import Recovery
+from topo.launch.report import Outcome, Report
+from topo.launch.state import Phase, RunState
 
 #: collector arguments that the plan or the policy placement decides
 RESERVED_KWARGS = ("create_env_fn", "create_env_kwargs", "num_workers", "frames_per_batch", "total_frames", "sync",
@@ -97,7 +97,7 @@ class Run:
     def restarts(self) -> list[dict]:
         """Each subcollector restart so far (``launch.restarts``): who failed and how, when, the seconds to
         its first batch again, the new pids and seeds; the report's ``restarts`` section."""
-        from .report import restarts
+        from topo.launch.report import restarts
 
         if self.state is None:
             return []
@@ -109,7 +109,7 @@ class Run:
         """Each subcollector recycle so far (``launch.recycle``: a worker past a health budget): the worker, the
         budget, its value and plan row, when, the seconds to rebuild it, the new pids and seeds; the report's
         ``recycles`` section. Recycles spend no restart budget."""
-        from .report import recycles
+        from topo.launch.report import recycles
 
         if self.state is None:
             return []
@@ -131,7 +131,7 @@ class Run:
         """The episodes recorded so far (:class:`topo.episodes.Episodes`): every ``topo_episode`` id in the
         batches resolves there to its plan row, worker life, seed state and the policy versions that acted
         (those of the batches already out of each subcollector). Reads the run directory: call it between batches."""
-        from ..episodes import Episodes
+        from topo.episodes import Episodes
 
         if self.state is None:
             raise UsageError("the run has not started: its episodes are recorded once it has")

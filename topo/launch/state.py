@@ -12,10 +12,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import heartbeat
-from ..plan import engine
-from ..rundir import HOST, RunDir
-from .processes import Death
+from topo import heartbeat
+from topo.plan import engine
+from topo.rundir import HOST, RunDir
+from topo.launch.processes import Death
 
 
 class Phase(enum.Enum):

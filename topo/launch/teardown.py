@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from . import processes
+from topo.launch import processes
 
 #: seconds per stage after the graceful one
 STAGES_S = {"server": 3.0, "exit": 5.0, "terminate": 3.0, "kill": 2.0, "watcher": 5.0}

@@ -16,9 +16,9 @@ import sys
 import threading
 from typing import Callable, Iterator
 
-from .. import gl
-from ..episodes import RECORD_VAR
-from ..rundir import RESTART_VAR, RUN_DIR_VAR, SLOTS_VAR
+from topo import gl
+from topo.episodes import RECORD_VAR
+from topo.rundir import RESTART_VAR, RUN_DIR_VAR, SLOTS_VAR
 
 TRAINER_VAR = "TOPO_TRAINER_PID"
 

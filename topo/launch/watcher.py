@@ -17,9 +17,9 @@ import subprocess
 import sys
 import time
 
-from .. import child
-from . import processes
-from .teardown import STAGES_S
+from topo import child
+from topo.launch import processes
+from topo.launch.teardown import STAGES_S
 
 ROUNDS = 3  # scans, in case a process started while the previous round was ending others
 #: run as ``BOOT RUN_DIR TRAINER_PID TEMPORARY`` (:func:`topo.child.command`: the trainer's topo, whatever the working directory)

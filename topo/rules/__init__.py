@@ -5,9 +5,9 @@ and its catalog, which :func:`context` resolves first.
 """
 from __future__ import annotations
 
-from . import blocks, groups, launch, placement, policy, render, seeds, tasks, topology
-from .eval import evaluation_rules
-from .context import Context, context
+from topo.rules import blocks, groups, launch, placement, policy, render, seeds, tasks, topology
+from topo.rules.eval import evaluation_rules
+from topo.rules.context import Context, context
 
 RULES = [
     topology.shape,

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backends import Assignment
-from ..diagnostics import Diagnostic, error, ids_text
-from ..spec import Spec
-from .context import Context
+from topo.backends import Assignment
+from topo.diagnostics import Diagnostic, error, ids_text
+from topo.spec import Spec
+from topo.rules.context import Context
 
 
 def layout(spec: Spec, ctx: Context) -> list[Diagnostic]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from ..backends import Backend, PluginError, TaskCatalog, get_backend, names
-from ..diagnostics import Diagnostic, error
-from ..spec import Spec
+from topo.backends import Backend, PluginError, TaskCatalog, get_backend, names
+from topo.diagnostics import Diagnostic, error
+from topo.spec import Spec
 
 
 @dataclass(frozen=True)

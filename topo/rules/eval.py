@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .. import eval_plan
-from ..backends.base import Backend
-from ..diagnostics import Diagnostic, error, ids_text, warning
-from ..limits import MAX_EVAL_EPISODES, count as n_text
-from ..spec import Spec, parse_task_item
-from .context import Context
-from .placement import eval_beside_training
-from .render import devices
-from .seeds import SEED_LIMIT
+from topo import eval_plan
+from topo.backends.base import Backend
+from topo.diagnostics import Diagnostic, error, ids_text, warning
+from topo.limits import MAX_EVAL_EPISODES, count as n_text
+from topo.spec import Spec, parse_task_item
+from topo.rules.context import Context
+from topo.rules.placement import eval_beside_training
+from topo.rules.render import devices
+from topo.rules.seeds import SEED_LIMIT
 
 PATH = ("eval",)
 

@@ -1,10 +1,10 @@
 """Rules on assignment.groups: group sizes that fit the candidates and the workers."""
 from __future__ import annotations
 
-from ..diagnostics import Diagnostic, error
-from ..spec import Spec
-from .context import Context
-from .topology import workers_path
+from topo.diagnostics import Diagnostic, error
+from topo.spec import Spec
+from topo.rules.context import Context
+from topo.rules.topology import workers_path
 
 
 def groups(spec: Spec, ctx: Context) -> list[Diagnostic]:

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import math
 
-from ..diagnostics import Diagnostic, error, warning
-from ..spec import Spec
-from .context import Context
+from topo.diagnostics import Diagnostic, error, warning
+from topo.spec import Spec
+from topo.rules.context import Context
 
 
 def launch(spec: Spec, ctx: Context) -> list[Diagnostic]:

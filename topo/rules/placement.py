@@ -1,10 +1,10 @@
 """Rules on the placement section, checked on paper: what ``placement.engine: ray`` asks of the cluster."""
 from __future__ import annotations
 
-from ..diagnostics import Diagnostic, error, ids_text, warning
-from ..placement import Resources, fits, pack, requests_with_server, resources, server_resources, serves_on_ray
-from ..spec import Node, Spec
-from .context import Context
+from topo.diagnostics import Diagnostic, error, ids_text, warning
+from topo.placement import Resources, fits, pack, requests_with_server, resources, server_resources, serves_on_ray
+from topo.spec import Node, Spec
+from topo.rules.context import Context
 
 
 def placement(spec: Spec, ctx: Context) -> list[Diagnostic]:

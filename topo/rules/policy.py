@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import importlib.util
 
-from ..diagnostics import Diagnostic, error
-from ..spec import Spec
-from .context import Context
+from topo.diagnostics import Diagnostic, error
+from topo.spec import Spec
+from topo.rules.context import Context
 
 
 def policy(spec: Spec, ctx: Context) -> list[Diagnostic]:

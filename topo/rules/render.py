@@ -1,9 +1,9 @@
 """Rules on the render devices: render_gpus or render_devices (of training, and of the eval subcollectors)."""
 from __future__ import annotations
 
-from ..diagnostics import Diagnostic, error, warning
-from ..spec import Spec
-from .context import Context
+from topo.diagnostics import Diagnostic, error, warning
+from topo.spec import Spec
+from topo.rules.context import Context
 
 
 def render_devices(spec: Spec, ctx: Context) -> list[Diagnostic]:

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..diagnostics import Diagnostic, error, ids_text
-from ..spec import Spec
-from .context import Context
+from topo.diagnostics import Diagnostic, error, ids_text
+from topo.spec import Spec
+from topo.rules.context import Context
 
 SEED_LIMIT = 2**63
 

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..assign import task_list
-from ..diagnostics import Diagnostic, error, ids_text, warning
-from ..spec import Spec, parse_task_item
-from .blocks import layout
-from .context import Context
+from topo.assign import task_list
+from topo.diagnostics import Diagnostic, error, ids_text, warning
+from topo.spec import Spec, parse_task_item
+from topo.rules.blocks import layout
+from topo.rules.context import Context
 
 
 def tasks(spec: Spec, ctx: Context) -> list[Diagnostic]:

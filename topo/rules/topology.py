@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import multiprocessing
 
-from ..diagnostics import Diagnostic, error, warning
-from ..spec import Spec
-from .context import Context
+from topo.diagnostics import Diagnostic, error, warning
+from topo.spec import Spec
+from topo.rules.context import Context
 
 MAX_TOTAL_WORKERS = 1_000_000
 

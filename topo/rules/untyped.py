@@ -5,9 +5,9 @@ import datetime
 import math
 from typing import Any
 
-from ..diagnostics import Diagnostic, error
-from ..limits import MAX_EVAL_EPISODES, MAX_SUBCOLLECTOR_IDS, MAX_TASK_IDS
-from .context import load_backend
+from topo.diagnostics import Diagnostic, error
+from topo.limits import MAX_EVAL_EPISODES, MAX_SUBCOLLECTOR_IDS, MAX_TASK_IDS
+from topo.rules.context import load_backend
 
 
 def too_many_ids(data: dict) -> list[Diagnostic]:
