@@ -12,7 +12,7 @@ import time
 import pytest
 
 from topo.launch import failure, observe
-from topo.launch.plans import SHUTDOWN_BASE_S, SHUTDOWN_PER_WORKER_S, shutdown_budget
+from topo.launch.teardown import SHUTDOWN_BASE_S, SHUTDOWN_PER_WORKER_S, shutdown_budget
 from topo.launch.processes import Death
 from topo.launch.state import Phase, RunState
 from topo.rundir import HOST, RUN_DIR_VAR, SLOTS_VAR, RunDir

@@ -14,9 +14,6 @@ from topo import planfile
 from topo.diagnostics import Diagnostic
 from topo.errors import StalePlanError, UsageError
 
-SHUTDOWN_BASE_S = 10.0
-SHUTDOWN_PER_WORKER_S = 5.0  # a ParallelEnv in worker-metadata mode closes its workers one at a time
-
 
 def read_plan(path: str, *, allow_edited: bool = False, warnings: list[Diagnostic] | None = None) -> dict | None:
     """The plan saved at ``path``, checked (:func:`check_plan`); None when the file is not a plan (then it is a spec).
@@ -65,21 +62,6 @@ def recording(plan: Mapping[str, Any]) -> str:
     if launch.get("provenance") is False:
         return "off"
     return "actions" if launch.get("record_actions") else "episodes"
-
-
-def shutdown_budget(plan: Mapping[str, Any], *, evaluation: bool = True) -> float:
-    """Seconds the collector gets to close every env: the plan's, or sized to the largest subcollector; with
-    an eval section (and ``evaluation``), plus what the eval process's run takes to end, its stages included."""
-    given = plan["launch"].get("shutdown_timeout")
-    largest = max(sub["num_workers"] for sub in plan["subcollectors"])
-    own = float(given) if given is not None else SHUTDOWN_BASE_S + SHUTDOWN_PER_WORKER_S * largest
-    section = plan.get("eval") if evaluation else None
-    if not section:
-        return own
-    from topo.launch.teardown import STAGES_S
-
-    return own + shutdown_budget({"launch": plan["launch"], "subcollectors": section["subcollectors"]}) + \
-        sum(STAGES_S.values())
 
 
 def resolve(source: Any, variables: Mapping[str, str] | None = None, spec_path: str | None = None, *,

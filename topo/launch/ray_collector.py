@@ -19,7 +19,7 @@ from topo import gl
 from topo.errors import LaunchError
 from topo.episodes import RECORD_VAR
 from topo.rundir import RUN_DIR_VAR, SLOTS_VAR
-from topo.launch import failure as failures, plans, processes
+from topo.launch import failure as failures, processes, teardown
 from topo.launch.ray_placement import reason
 
 CONNECT_TIMEOUT_S = 5.0
@@ -386,7 +386,7 @@ class RayEngine:
             self._ready(plan, topology, deadline)
         except BaseException:
             if topology is not None:
-                self.shutdown(topology, plans.shutdown_budget(plan))
+                self.shutdown(topology, teardown.shutdown_budget(plan))
             raise  # actors torchrl made before it raised end with the job (disconnect)
         return topology
 

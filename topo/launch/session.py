@@ -72,7 +72,7 @@ class Run:
         self.progress = Progress(progress, stream=stream, collecting=progress_while_collecting)
         self.startup_timeout = float(startup_timeout or plan["launch"]["startup_timeout"])
         self.max_concurrent_starts = max_concurrent_starts or plan["launch"].get("max_concurrent_starts")
-        self.shutdown_budget = plans.shutdown_budget(plan)
+        self.shutdown_budget = teardown.shutdown_budget(plan)
         self.command = command or {"argv": list(sys.argv), "cwd": os.getcwd()}
         self.extra: dict[str, Any] = {}  # what the caller adds to the report's launch section (the CLI: batches)
         self.collector = self.report = self.state = self.monitor = self.recovery = self.ready_at = None
@@ -277,7 +277,7 @@ class Run:
         """The eval process closes its run; the engine closes envs and subcollectors (or, never built, they are
         ended); then the policy server; then the engine leaves its cluster."""
         if self.eval is not None:
-            self.eval.close(deadline.left() - plans.shutdown_budget(self.plan, evaluation=False))
+            self.eval.close(deadline.left() - teardown.shutdown_budget(self.plan, evaluation=False))
         if self.collector is not None:
             self.down.shutdown_at = time.time()
             self.down.exit_codes = self.engine.shutdown(self.collector, deadline.left())

@@ -20,13 +20,28 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from topo.launch import processes
 
 #: seconds per stage after the graceful one
 STAGES_S = {"server": 3.0, "exit": 5.0, "terminate": 3.0, "kill": 2.0, "watcher": 5.0}
+SHUTDOWN_BASE_S = 10.0
+SHUTDOWN_PER_WORKER_S = 5.0  # a ParallelEnv in worker-metadata mode closes its workers one at a time
 RETIRED_EXIT_S = 5.0  # a retired subcollector whose workers were killed exits by itself (its writes flushed)
+
+
+def shutdown_budget(plan: Mapping[str, Any], *, evaluation: bool = True) -> float:
+    """Seconds the collector gets to close every env: the plan's, or sized to the largest subcollector; with
+    an eval section (and ``evaluation``), plus what the eval process's run takes to end, its stages included."""
+    given = plan["launch"].get("shutdown_timeout")
+    largest = max(sub["num_workers"] for sub in plan["subcollectors"])
+    own = float(given) if given is not None else SHUTDOWN_BASE_S + SHUTDOWN_PER_WORKER_S * largest
+    section = plan.get("eval") if evaluation else None
+    if not section:
+        return own
+    return own + shutdown_budget({"launch": plan["launch"], "subcollectors": section["subcollectors"]}) + \
+        sum(STAGES_S.values())
 
 
 class Deadline:
