@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 import topo
-from topo.load import parse
+from topo.compiler.load import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "libero_spatial_5x64.yaml"

@@ -12,7 +12,7 @@ reset otherwise), then construction (``topo.envs.libero.build``), the first rese
 (hard resets where ``hard_reset: true``). Construction thus counts no import. Each run also hashes its
 first observation (image, state, qpos, qvel): every variant must give the same hash.
 
-Also measured once: what importing LIBERO maps into a process that holds GL (``topo.gl``), i.e. what an
+Also measured once: what importing LIBERO maps into a process that holds GL (``topo.runtime.gl``), i.e. what an
 extended forkserver preload would hand its workers.
 """
 from __future__ import annotations
@@ -85,7 +85,7 @@ WORKER = """
 
 HELD_IMPORT = """
     import json, os
-    from topo import gl
+    from topo.runtime import gl
     gl.hold()
     import torch, torchrl.envs, topo.worker, topo.envs.libero as L
     before = gl.loaded_libraries()

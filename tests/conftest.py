@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from topo.model_cache import CACHE_VAR
+from topo.runtime.model_cache import CACHE_VAR
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING, Any
 from topo.version import __version__
 
 from topo.errors import LaunchError, SpecError, StalePlanError, TopoError, UsageError
-from topo.load import Source
-from topo.load import load as load_spec
-from topo.plan import compile_source, compile_spec
-from topo.validate import Checked, validate
+from topo.compiler.load import Source
+from topo.compiler.load import load as load_spec
+from topo.compiler.plan import compile_source, compile_spec
+from topo.compiler.validate import Checked, validate
 from topo.api import Plan, PlanSource, Row, Subcollector, load
-from topo.episodes import EpisodeId, Episodes, episode_id
+from topo.runtime.episodes import EpisodeId, Episodes, episode_id
 
 if TYPE_CHECKING:
-    from topo.launch.session import Run
+    from topo.launch.run import Run
 
 __all__ = [
     "Checked", "EpisodeId", "Episodes", "LaunchError", "Plan", "PlanSource", "Row", "Source", "SpecError", "StalePlanError", "Subcollector",
@@ -46,7 +46,7 @@ def collector(source: PlanSource | Plan, **options: Any) -> Run:
     torchrl collector, ``run.update_weights()`` pushes the trainer's weights, ``run.report`` is the report
     once the block ends. The options (``variables``, ``spec``, ``allow_edited`` for a path;
     ``policy``, ``policy_factory``, ``report_dir``, ``startup_timeout``, ..., and any torchrl collector
-    keyword) are :func:`topo.launch.session.collector`'s. This imports torch.
+    keyword) are :func:`topo.launch.run.collector`'s. This imports torch.
     """
     if isinstance(source, Plan):  # unwrapped here: the run takes the plan dict, checked again
         given = sorted(key for key in ("variables", "spec") if options.get(key))
@@ -54,7 +54,7 @@ def collector(source: PlanSource | Plan, **options: Any) -> Run:
             raise UsageError(f"{', '.join(given)}= apply when a plan is loaded: pass them to topo.load")
         options.setdefault("allow_edited", source.allow_edited)
         source = source.data
-    from topo.launch.session import collector as run
+    from topo.launch.run import collector as run
 
     return run(source, **options)
 
@@ -62,6 +62,6 @@ def collector(source: PlanSource | Plan, **options: Any) -> Run:
 def eval_table(result: dict[str, Any]) -> str:
     """An evaluation's result (``run.evaluate()``, ``run.evaluations``) as a person reads it: the headline
     (successes, rate, 95 % interval, the weights version) and one line per task, held-out ones marked."""
-    from topo.launch.eval_results import table
+    from topo.launch.evaluation.results import table
 
     return table(result)

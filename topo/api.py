@@ -2,8 +2,8 @@
 build the trainer's policy from it, and hand it to :func:`topo.collector`.
 
 Imports neither torch nor a simulator: :meth:`Plan.make_policy` imports the policy factory's module
-only when it is called. Every check and every output is the CLI's own (:func:`topo.launch.plans.resolve`,
-:func:`topo.render.plan_text`, :func:`topo.plan.write`), so ``topo.load(x).dry_run()`` is what
+only when it is called. Every check and every output is the CLI's own (:func:`topo.compiler.saved.resolve`,
+:func:`topo.compiler.render.plan_text`, :func:`topo.compiler.plan.write`), so ``topo.load(x).dry_run()`` is what
 ``topo plan x --dry-run`` prints and ``plan.save(path)`` what ``topo plan x -o path`` writes.
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ import copy
 import os
 from typing import Any, Mapping, TypedDict, Union, cast
 
-from topo import plan as planmod
-from topo import planfile
+from topo.compiler import plan as planmod
+from topo.compiler import planfile
 from topo.errors import UsageError
 
 __all__ = ["Plan", "PlanSource", "Row", "Subcollector", "load"]
@@ -114,7 +114,7 @@ class Plan:
     def dry_run(self, *, limit: int | None = None, width: int = 120) -> str:
         """The assignment table and coverage summary: what ``topo plan SPEC --dry-run [--limit N]`` prints
         (``width``: the terminal's columns; the CLI uses 120 when its output is not a terminal)."""
-        from topo import render
+        from topo.compiler import render
 
         return render.plan_text(self.data, "table", limit, width)
 
@@ -169,7 +169,7 @@ def load(source: PlanSource | Plan, *, variables: Mapping[str, str] | None = Non
     Raises :class:`~topo.errors.SpecError` (every problem, each located), :class:`~topo.errors.StalePlanError`
     or :class:`~topo.errors.UsageError` (arguments that do not apply to ``source``). Imports no torch.
     """
-    from topo.launch.plans import resolve
+    from topo.compiler.saved import resolve
 
     if isinstance(source, Plan):
         if variables or spec or allow_edited:

@@ -16,11 +16,11 @@ from topo.errors import Interrupted, SpecError, TopoError
 LAZY_COMMANDS = {
     "launch": "topo.launch.command:launch",
     "eval": "topo.launch.command:evaluate",
-    "doctor": "topo.doctor_command:doctor",
+    "doctor": "topo.doctor.command:doctor",
     "bench": "topo.bench.command:bench",
     "import": "topo.importers.command:import_",
-    "runs": "topo.runs:runs",
-    "replay": "topo.runs:replay",
+    "runs": "topo.runs.command:runs",
+    "replay": "topo.runs.command:replay",
 }
 
 
@@ -93,12 +93,12 @@ def validate(spec, assignments, strict, fmt):
     Reports every problem at once with file:line:column, key path, the arithmetic behind it and a
     hint. Exit 0 when valid, 2 when not (warnings fail only with --strict).
     """
-    from topo import render
-    from topo.load import load
-    from topo.validate import validate as check
+    from topo.compiler import render
+    from topo.compiler.load import load
+    from topo.compiler.validate import validate as check
 
     try:
-        from topo.load import parse_assignments
+        from topo.compiler.load import parse_assignments
 
         source = load(spec, parse_assignments(assignments))
         diagnostics = check(source).diagnostics
@@ -125,11 +125,11 @@ def validate(spec, assignments, strict, fmt):
 @click.option("--strict", is_flag=True, help="Warnings fail too (exit 2).")
 def plan(spec, assignments, dry_run, fmt, limit, out, strict):
     """Compile SPEC into a plan: one row per worker with its exact kwargs, and a coverage summary."""
-    from topo import render
-    from topo.load import load
-    from topo.plan import compile_source
-    from topo.load import parse_assignments
-    from topo.plan import write
+    from topo.compiler import render
+    from topo.compiler.load import load
+    from topo.compiler.plan import compile_source
+    from topo.compiler.load import parse_assignments
+    from topo.compiler.plan import write
 
     result = compile_source(load(spec, parse_assignments(assignments)), strict=strict,
                             on_warnings=lambda found: click.echo(render.diagnostics_text(found), nl=False, err=True))
@@ -154,7 +154,7 @@ def cache_directory(directory: str | None):
     """``--dir``, else the default; exits 0 with a note when the cache is off."""
     from pathlib import Path
 
-    from topo.model_cache import CACHE_VAR, cache_dir
+    from topo.runtime.model_cache import CACHE_VAR, cache_dir
 
     where = Path(directory).expanduser() if directory else cache_dir(True)
     if where is None:
@@ -176,7 +176,7 @@ def cache_list(directory):
     """Every entry: its key, size, what it holds, when it was compiled and how long that took."""
     import datetime
 
-    from topo.model_cache import disk_bytes, entries, human_bytes
+    from topo.runtime.model_cache import disk_bytes, entries, human_bytes
 
     where = cache_directory(directory)
     found = entries(where)
@@ -192,7 +192,7 @@ def cache_list(directory):
 @click.option("--bytes", "as_bytes", is_flag=True, help="Print the byte count alone.")
 def cache_size(directory, as_bytes):
     """Disk space the cache takes (entries, and leftovers of interrupted writes)."""
-    from topo.model_cache import disk_bytes, entries, human_bytes
+    from topo.runtime.model_cache import disk_bytes, entries, human_bytes
 
     where = cache_directory(directory)
     total = disk_bytes(where)
@@ -204,7 +204,7 @@ def cache_size(directory, as_bytes):
 @dir_option
 def cache_clear(directory):
     """Delete every cache file (only topo's: <sha256>.mjb/.json/.lock and temporary files)."""
-    from topo.model_cache import clear, human_bytes
+    from topo.runtime.model_cache import clear, human_bytes
 
     where = cache_directory(directory)
     files, size = clear(where)
@@ -226,10 +226,10 @@ def cache_warm(spec, assignments, directory, first_worker):
     topo caches offers ``warm(env, directory)``, ``model_identity(env)`` and ``model_label(env)``,
     and ``warm_first_worker(env, directory)`` for --first-worker.)
     """
-    from topo.plan import compile_spec
-    from topo.load import parse_assignments
-    from topo.model_cache import human_bytes
-    from topo.plan import rows
+    from topo.compiler.plan import compile_spec
+    from topo.compiler.load import parse_assignments
+    from topo.runtime.model_cache import human_bytes
+    from topo.compiler.plan import rows
 
     plan = compile_spec(spec, parse_assignments(assignments))
     module = importlib.import_module(plan["env"]["builder"].partition(":")[0])

@@ -8,9 +8,9 @@ import time
 import traceback
 from typing import Any
 
-from topo import gl, heartbeat
-from topo.episodes import RECORD_VAR
-from topo.rundir import RunDir, eval_round, record_close, restart_number
+from topo.runtime import gl, heartbeat
+from topo.runtime.episodes import RECORD_VAR
+from topo.runtime.rundir import RunDir, eval_round, record_close, restart_number
 
 
 def import_builder(path: str):
@@ -30,10 +30,10 @@ def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: in
 
     ``backend`` names the env family (informational); ``worker`` locates the row in the plan; an eval
     row's ``schedule`` makes it a :class:`~topo.envs.scheduled.ScheduledEnv` running the row's episodes
-    with the builder's envs, in the rounds the trainer starts (:func:`topo.rundir.eval_round`).
+    with the builder's envs, in the rounds the trainer starts (:func:`topo.runtime.rundir.eval_round`).
 
     Under ``topo launch`` it also writes ``started``/``constructed``/``failed``/``closed`` markers, stamps
-    each env step in the subcollector's beats file (:mod:`topo.heartbeat`), waits for a start slot
+    each env step in the subcollector's beats file (:mod:`topo.runtime.heartbeat`), waits for a start slot
     when ``max_concurrent_starts`` is set, and records the env's episodes (:mod:`topo.envs.recording`:
     every step carries its episode id).
     """

@@ -1,6 +1,6 @@
 """Pages generated from the code, so that they cannot drift from it.
 
-``reference/spec.md`` lists every key of the spec's JSON Schema (``topo/schemas/topo-spec.schema.json``)
+``reference/spec.md`` lists every key of the spec's JSON Schema (``topo/compiler/schemas/topo-spec.schema.json``)
 with its type, default, allowed values and description; ``reference/cli.md`` shows each command's
 ``--help`` as click prints it. Each page keeps a committed copy of its generated part between two
 markers, so that it also reads on GitHub; at build time Sphinx replaces that part with what the code
@@ -25,7 +25,7 @@ HELP_WIDTH = 100
 # --- the spec reference, from the JSON Schema ------------------------------------------------------
 
 def load_schema() -> dict:
-    with open(os.path.join(ROOT, "topo", "schemas", "topo-spec.schema.json"), encoding="utf-8") as f:
+    with open(os.path.join(ROOT, "topo", "compiler", "schemas", "topo-spec.schema.json"), encoding="utf-8") as f:
         return json.load(f)
 
 
@@ -179,7 +179,7 @@ def cli_reference() -> str:
 # --- the pages -------------------------------------------------------------------------------------
 
 PAGES = {  # docname: (what generates it, where its source of truth is)
-    "reference/spec": (spec_reference, "topo/schemas/topo-spec.schema.json"),
+    "reference/spec": (spec_reference, "topo/compiler/schemas/topo-spec.schema.json"),
     "reference/cli": (cli_reference, "topo/cli.py and the commands' click options"),
 }
 

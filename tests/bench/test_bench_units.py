@@ -175,8 +175,8 @@ def test_recipe_is_legacy_with_the_backends_builder_without_a_recipe_builder(pla
 
 
 def test_recipe_builds_torchrls_plain_env_with_the_builders_options_off(plan):
-    from topo import planfile
-    from topo.plan import dumps
+    from topo.compiler import planfile
+    from topo.compiler.plan import dumps
 
     libero = libero_like(plan)
     recipe = variant(libero, "recipe")

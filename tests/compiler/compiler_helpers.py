@@ -7,13 +7,13 @@ from typing import Any
 import yaml
 
 import topo
-from topo.load import parse
-from topo.plan import compile_checked
+from topo.compiler.load import parse
+from topo.compiler.plan import compile_checked
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 HERE = Path(__file__).resolve().parent
-GROUP_ID_OFFSET = 10**6  # the recipe's constant, written out (not imported from topo.assign)
+GROUP_ID_OFFSET = 10**6  # the recipe's constant, written out (not imported from topo.compiler.assign)
 
 
 def spec_text(data: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""Hostile inputs, made on demand: specs, templates and plans that go past every limit of topo.limits.
+"""Hostile inputs, made on demand: specs, templates and plans that go past every limit of topo.compiler.limits.
 
 Shared by tests/compiler/test_limits.py (exit code, code, limit, no traceback) and
 benchmarks/hostile.py (wall time and peak memory of each, in a fresh process).
@@ -10,8 +10,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from topo.limits import MAX_DEPTH, MAX_NODES, MAX_PLAN_BYTES, MAX_SPEC_BYTES, MAX_TEMPLATE_STEPS, count
-from topo.plan import dumps
+from topo.compiler.limits import MAX_DEPTH, MAX_NODES, MAX_PLAN_BYTES, MAX_SPEC_BYTES, MAX_TEMPLATE_STEPS, count
+from topo.compiler.plan import dumps
 
 HEAD = "version: 1\nenv: {backend: toy}\ntopology: {subcollectors: 2, workers_per_subcollector: 3}\n"
 
@@ -32,7 +32,7 @@ def _laughs(levels: int = 9) -> str:
 
 def _toy_plan() -> dict:
     import topo
-    from topo.load import parse
+    from topo.compiler.load import parse
 
     return topo.compile_source(parse(HEAD, "toy.yaml"))
 
@@ -91,7 +91,7 @@ def write_all(folder: Path) -> list[Case]:
     ]
     plan = json.loads(dumps(_toy_plan()))
     with open(folder / "huge_plan.json", "wb") as handle:  # sparse: no disk used
-        handle.write(b'{"format": "topo.plan/1", "subcollectors": [')
+        handle.write(b'{"format": "topo.compiler.plan/1", "subcollectors": [')
         handle.truncate(MAX_PLAN_BYTES + 1024)
     deep = dict(plan, env=dict(plan["env"], kwargs={"x": json.loads("[" * 150 + "]" * 150)}))
     edited = json.loads(json.dumps(plan))
@@ -105,7 +105,7 @@ def write_all(folder: Path) -> list[Case]:
     cases += [
         Case("plan-file-256MiB", ("launch", str(folder / "huge_plan.json")), "plan-too-large",
              f"{count(MAX_PLAN_BYTES + 1024)} bytes (limit {count(MAX_PLAN_BYTES)})"),
-        Case("plan-100000-deep", ("launch", put("deep_plan.json", '{"format": "topo.plan/1", "x": '
+        Case("plan-100000-deep", ("launch", put("deep_plan.json", '{"format": "topo.compiler.plan/1", "x": '
                                                 + "[" * 100_000 + "]" * 100_000 + "}")),
              "plan-too-deep", "past what Python's JSON reader follows"),
         Case("plan-kwargs-150-deep", ("launch", put("deep_kwargs.json", dumps(deep))), "plan-too-deep",

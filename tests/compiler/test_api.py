@@ -14,9 +14,9 @@ from click.testing import CliRunner
 import topo
 from topo.cli import main
 from topo.errors import SpecError, StalePlanError, UsageError
-from topo.launch.plans import read_plan
-from topo.load import parse_assignments
-from topo.planfile import digest
+from topo.compiler.saved import read_plan
+from topo.compiler.load import parse_assignments
+from topo.compiler.planfile import digest
 
 from tests.compiler.compiler_helpers import EXAMPLES, HERE, ROOT, rows
 from tests.compiler.test_bad_specs import CORPUS, header

@@ -1,8 +1,8 @@
-"""topo.coverage on hand-made plans: what a valid spec never produces (incomplete groups) is still caught."""
+"""topo.compiler.coverage on hand-made plans: what a valid spec never produces (incomplete groups) is still caught."""
 from __future__ import annotations
 
-from topo.coverage import coverage
-from topo.render import coverage_text
+from topo.compiler.coverage import coverage
+from topo.compiler.render import coverage_text
 
 
 def row(c, w, g, group, task=0, init=("cycle", 0), gpu=None, instruction="i"):

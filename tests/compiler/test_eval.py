@@ -1,7 +1,7 @@
 """The eval section of a plan: its rows worker by worker (toy and LIBERO), every (task, init state) exactly
 `trials` times for any worker count, seeds apart from training's, determinism, the plan file, the dry run.
 
-Expectations are written out here (episode lists, seeds, kwargs), never computed with topo.eval_plan.
+Expectations are written out here (episode lists, seeds, kwargs), never computed with topo.compiler.eval_plan.
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from click.testing import CliRunner
 import topo
 from topo.cli import main
 from topo.errors import SpecError
-from topo.launch.plans import check_plan, read_plan
-from topo.plan import dumps, write
-from topo.planfile import seal
+from topo.compiler.saved import check_plan, read_plan
+from topo.compiler.plan import dumps, write
+from topo.compiler.planfile import seal
 
 from tests.compiler.compiler_helpers import SPATIAL, checked_of, compile_dict, libero, rows, toy
 
@@ -314,7 +314,7 @@ def test_dry_run_prints_the_eval_table_and_coverage(tmp_path):
 
 def test_dry_run_libero_marks_held_out_tasks_and_init_states():
     data = with_eval(libero(1, 2, tasks=[0, 1]), tasks=[1, 9], workers=4, render_gpus=[0])
-    from topo.render import plan_text
+    from topo.compiler.render import plan_text
 
     text = plan_text(compile_dict(data), width=200)
     assert "eval: 100 episode(s) per evaluation (2 tasks x 50 init states x 1 trial) over 4 worker(s)" in text

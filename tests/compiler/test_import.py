@@ -3,7 +3,7 @@ by row; every key is accounted for; bad input exits 2 with located diagnostics.
 
 Expectations come from the recipe's own formulas written out here on the config's keys (its utils.py:
 ``_libero_worker_assignment``, ``_training_group_repeats``, ``_render_gpu_for_subcollector``,
-``_make_env_worker``), never from topo.assign.
+``_make_env_worker``), never from topo.compiler.assign.
 """
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ import pytest
 
 import topo
 from topo.errors import SpecError
-from topo.limits import MAX_DEPTH, MAX_NODES, MAX_SPEC_BYTES
-from topo.load import parse
+from topo.compiler.limits import MAX_DEPTH, MAX_NODES, MAX_SPEC_BYTES
+from topo.compiler.load import parse
 
 from tests.compiler.hostile_inputs import HEAD, argv, environment, write_all
 

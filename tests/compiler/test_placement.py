@@ -4,8 +4,8 @@ from __future__ import annotations
 import yaml
 
 import topo
-from topo.load import parse
-from topo.plan import compile_checked
+from topo.compiler.load import parse
+from topo.compiler.plan import compile_checked
 
 GB = 1024**3
 

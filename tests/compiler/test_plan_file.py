@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 import topo
 from topo.bench.modes import MODES, variant
 from topo.errors import SpecError, StalePlanError
-from topo.launch.plans import resolve
-from topo.launch.plans import check_plan, read_plan
-from topo.load import parse
-from topo.plan import dumps
-from topo.planfile import MAX_REPORTED, digest, seal
+from topo.compiler.saved import resolve
+from topo.compiler.saved import check_plan, read_plan
+from topo.compiler.load import parse
+from topo.compiler.plan import dumps
+from topo.compiler.planfile import MAX_REPORTED, digest, seal
 
 from tests.compiler.compiler_helpers import EXAMPLES
 from tests.compiler.hostile_inputs import HEAD, argv, environment
@@ -167,7 +167,7 @@ def test_not_json_and_not_a_plan(tmp_path, plan):
 
 def test_other_formats_are_stale(tmp_path, plan):
     with pytest.raises(StalePlanError, match="re-run `topo plan`"):
-        read_plan(saved(tmp_path, {**plan, "format": "topo.plan/0"}))
+        read_plan(saved(tmp_path, {**plan, "format": "topo.compiler.plan/0"}))
     with pytest.raises(StalePlanError, match="topo 99.0.0"):
         read_plan(saved(tmp_path, {**plan, "topo_version": "99.0.0"}))
 
@@ -235,8 +235,8 @@ def _mutated_plans(draw):
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_mutated_plans())
 def test_quick_schema_agrees_with_jsonschema(plan):
-    from topo import schema
-    from topo.planfile import SCHEMA_FILE
+    from topo.compiler import schema
+    from topo.compiler.planfile import SCHEMA_FILE
 
     assert schema.quick(SCHEMA_FILE)(plan) == (not schema.violations(plan, SCHEMA_FILE))
 

@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import topo
-from topo.load import parse
-from topo.plan import compile_checked, dumps
-from topo.planfile import check, seal
+from topo.compiler.load import parse
+from topo.compiler.plan import compile_checked, dumps
+from topo.compiler.planfile import check, seal
 
 from tests.compiler.compiler_helpers import GROUP_ID_OFFSET, rows, spec_text
 
@@ -248,7 +248,7 @@ def test_any_text_gives_diagnostics_not_exceptions(text):
 @SETTINGS
 @given(broken_specs())
 def test_quick_schema_agrees_with_jsonschema(data):
-    from topo import schema
+    from topo.compiler import schema
 
     as_json = schema._string_keys(data)
     assert schema.quick()(as_json) == (not schema.violations(as_json))
@@ -261,7 +261,7 @@ def test_quick_schema_agrees_with_jsonschema(data):
     {"assignment": {"render_gpus": None}}, {"topology": {"subcollectors": 2, "workers_per_subcollector": True}},
 ])
 def test_quick_schema_agrees_on_edge_cases(edit):
-    from topo import schema
+    from topo.compiler import schema
 
     data = {"version": 1, "env": {"backend": "toy"}, "topology": {"subcollectors": 2, "workers_per_subcollector": 2},
             **edit}

@@ -1,7 +1,7 @@
 """The recipe formulas, row by row, on several topologies.
 
 Every expectation is computed here from the formulas of torchrl's vla_grpo LIBERO recipe
-(/work/shared/notes/torchrl.md), never by calling topo.assign:
+(/work/shared/notes/torchrl.md), never by calling topo.compiler.assign:
 
     g = offset(c) + w                      offset(c) = workers of subcollectors 0..c-1
     seed = base + g

@@ -7,11 +7,11 @@ import pytest
 
 from tests.compiler.compiler_helpers import codes, compile_dict, libero, rows
 
-import topo.doctor as doctor
-from topo.doctor import FAIL, OK, WARN, check_devices, check_numbering
-from topo.gl import resolve_device
+import topo.doctor.host as doctor
+from topo.doctor.host import FAIL, OK, WARN, check_devices, check_numbering
+from topo.runtime.gl import resolve_device
 from topo.launch.report import human
-from topo.render import plan_text
+from topo.compiler.render import plan_text
 
 EGL_RECIPE = {"ids": [2, 3, 4, 5], "numbering": "egl", "device_zero_fallback": True}
 
@@ -88,7 +88,7 @@ def test_ray_actor_gpu_check_is_about_cuda_ids():
     assert "placement-render-gpu-not-visible" not in codes(spec({"render_devices": {"ids": [2], "numbering": "egl"}}))
 
 
-# --- the worker's resolution (topo.gl.resolve_device) ------------------------------------------
+# --- the worker's resolution (topo.runtime.gl.resolve_device) ------------------------------------------
 
 HOST = [2, 3, 0, 1]  # EGL devices in EGL order, each as the CUDA index it shows (an order seen on real hosts)
 

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import topo
-from topo.load import parse
+from topo.compiler.load import parse
 
 from tests.compiler.compiler_helpers import checked_of, codes, compile_dict, libero, spec_text, toy
 

@@ -47,7 +47,7 @@ def test_every_schema_key_is_in_the_reference():
         assert f"`{key}`" in text
 
 
-# the schema's `default` annotations (shown in the reference) against what topo fills in (topo/spec.py)
+# the schema's `default` annotations (shown in the reference) against what topo fills in (topo/compiler/spec.py)
 MINIMAL = {"version": 1, "env": {"backend": "toy"}, "topology": {"subcollectors": 1, "workers_per_subcollector": 2}}
 FILLED = {
     "name": lambda s: s.name,
@@ -104,7 +104,7 @@ def _defaults(node, path=""):
 
 
 def test_schema_defaults_are_topos():
-    from topo.spec import from_data
+    from topo.compiler.spec import from_data
 
     data = {**MINIMAL, "assignment": {"groups": {}, "init_states": {}, "seeds": {},
                                       "render_devices": {"ids": [0]}},

@@ -19,7 +19,7 @@ from script_events import emit  # this folder: the script's own path entry
 
 def eval_worker_pid(run, index: int) -> int:
     """The pid of eval worker ``index`` of eval subcollector 0 (from the eval run's markers)."""
-    from topo.rundir import RunDir
+    from topo.runtime.rundir import RunDir
 
     root = os.path.join(run.run_dir, "eval", "collector")
     while True:

@@ -10,7 +10,7 @@ import pytest
 
 from topo import compile_spec
 from topo.checks import FAIL, OK, WARN
-from topo.doctor import check_torchrl
+from topo.doctor.host import check_torchrl
 from topo.errors import LaunchError
 from topo.launch import boundary
 from topo.launch.boundary import NAMES, Name, Support
@@ -56,7 +56,7 @@ def missing(feature: str, monkeypatch, version: str = "0.14.1") -> None:
 
 
 def test_restarts_are_dropped_with_a_warning_when_their_names_are_missing(tmp_path, monkeypatch, capsys):
-    from topo.launch.session import Run
+    from topo.launch.run import Run
 
     plan = plan_with(tmp_path, restarts={"max": 2, "window": None}, hang_timeout=30)
     assert "restarts" in boundary.features_of(plan, None)
@@ -71,7 +71,7 @@ def test_restarts_are_dropped_with_a_warning_when_their_names_are_missing(tmp_pa
 
 
 def test_a_missing_collector_name_refuses_the_run_before_anything_starts(tmp_path, monkeypatch):
-    from topo.launch.session import Run
+    from topo.launch.run import Run
 
     missing("collector", monkeypatch, version="0.16.0")
     with pytest.raises(LaunchError, match=r"torchrl 0.16.0 lacks names topo needs \(collector: torchrl.x.collector_gone\)"):

@@ -16,8 +16,8 @@ import psutil
 import pytest
 import yaml
 
-from topo.episodes import Episodes
-from topo.rundir import RUN_DIR_VAR
+from topo.runtime.episodes import Episodes
+from topo.runtime.rundir import RUN_DIR_VAR
 
 from tests.launch.launch_helpers import HANG_GUARD_S, LAUNCH_LIMITS, alive, subprocess_env, toy_spec, wait_for, write
 from tests.launch.script_events import parse

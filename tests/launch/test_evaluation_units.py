@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from topo.launch import eval_results
-from topo.launch.evaluation import _batch_bound, finished, run_plan
-from topo.launch.teardown import shutdown_budget
+from topo.launch.evaluation import results as eval_results
+from topo.launch.evaluation.run import _batch_bound, finished, run_plan
+from topo.launch.supervision.teardown import shutdown_budget
 from topo.worker import make_env
 
 TOY = {"success_steps": 3, "state_dim": 8, "group_id_offset": 0}

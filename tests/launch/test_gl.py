@@ -1,4 +1,4 @@
-"""topo.gl: with MUJOCO_GL=egl, a process that imports torchrl but builds no env loads no GL library, and an
+"""topo.runtime.gl: with MUJOCO_GL=egl, a process that imports torchrl but builds no env loads no GL library, and an
 env worker gets the user's setting back before its builder runs."""
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from topo import gl
+from topo.runtime import gl
 
 PROBE = """
 import json, os, sys
-from topo import gl
+from topo.runtime import gl
 if {hold}:
     gl.hold()
 import torchrl.envs  # imports mujoco

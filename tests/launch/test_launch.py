@@ -8,7 +8,7 @@ import time
 import pytest
 
 import topo
-from topo.plan import dumps
+from topo.compiler.plan import dumps
 
 from tests.launch.launch_helpers import (LAUNCH_LIMITS, alive, assert_clean_launch, assert_first_batch_matches, launch,
                                         started_pids, subprocess_env, summary, toy_spec, user_spec, write)
@@ -130,7 +130,7 @@ def test_stale_plans_are_refused(tmp_path):
         assert "plan is stale" in result.stderr and "Traceback" not in result.stderr
 
     other = tmp_path / "old_format.json"
-    other.write_text(json.dumps({**plan, "format": "topo.plan/0"}))
+    other.write_text(json.dumps({**plan, "format": "topo.compiler.plan/0"}))
     result = launch(other)
     assert result.returncode == 2 and "re-run `topo plan`" in result.stderr
 

@@ -11,11 +11,12 @@ import time
 
 import pytest
 
-from topo.launch import failure, observe
-from topo.launch.teardown import SHUTDOWN_BASE_S, SHUTDOWN_PER_WORKER_S, shutdown_budget
-from topo.launch.processes import Death
-from topo.launch.state import Phase, RunState
-from topo.rundir import HOST, RUN_DIR_VAR, SLOTS_VAR, RunDir
+from topo.launch.supervision import failure
+from topo.launch import observe
+from topo.launch.supervision.teardown import SHUTDOWN_BASE_S, SHUTDOWN_PER_WORKER_S, shutdown_budget
+from topo.launch.supervision.processes import Death
+from topo.launch.supervision.state import Phase, RunState
+from topo.runtime.rundir import HOST, RUN_DIR_VAR, SLOTS_VAR, RunDir
 
 
 def plan_of(*subs: list[tuple[str, int]]) -> dict:
@@ -248,7 +249,7 @@ def test_importing_the_command_imports_no_torch():
 
 
 def test_make_env_gives_the_worker_the_users_gl_back(tmp_path, monkeypatch):
-    from topo import gl
+    from topo.runtime import gl
     from topo.worker import make_env
 
     monkeypatch.setenv(RUN_DIR_VAR, str(tmp_path))
@@ -265,7 +266,7 @@ def test_the_report_says_why_each_env_that_was_built_never_closed(tmp_path):
     """A worker killed (it died), its sibling killed by the restart that retired their start (ended by it, though
     its death is seen too), one killed by the teardown, one with no record: the closes line counts each why."""
     from topo.launch import report
-    from topo.launch.restarts import Restart
+    from topo.launch.supervision.restarts import Restart
 
     def built(c: int, w: int, pid: int) -> dict:
         return {"name": "constructed", "pid": pid, "time": 103.0, "seed": 0, "seconds": 1.0,

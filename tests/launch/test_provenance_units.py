@@ -15,8 +15,8 @@ from topo.cli import main
 from topo.envs.recording import wrap
 from topo.envs.scheduled import ScheduledEnv
 from topo.envs.toy import build
-from topo.episodes import EVAL_BIT, EpisodeId, Episodes, episode_id, find_run
-from topo.replay import replay
+from topo.runtime.episodes import EVAL_BIT, EpisodeId, Episodes, episode_id, find_run
+from topo.runs.replay import replay
 
 TOY = {"action_dim": 4, "state_dim": 8, "success_steps": 4, "group_id_offset": 0, "instruction": "push left",
        "group_repeats": 2}
@@ -176,5 +176,5 @@ def test_runs_show_on_a_folder_that_holds_no_run_is_a_usage_error(tmp_path):
 
 
 def test_reading_runs_imports_no_torch():
-    code = "import sys, topo.episodes, topo.runs; assert 'torch' not in sys.modules"
+    code = "import sys, topo.runtime.episodes, topo.runs.command; assert 'torch' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -8,13 +8,13 @@ import select
 import threading
 import time
 
-from topo import heartbeat
-from topo.launch import failure, restarts
-from topo.launch.monitor import Monitor
-from topo.launch.processes import Death
-from topo.launch.progress import Progress
-from topo.launch.state import Phase, RunState
-from topo.rundir import HOST, RESTART_VAR, RunDir
+from topo.runtime import heartbeat
+from topo.launch.supervision import failure, restarts
+from topo.launch.supervision.monitor import Monitor
+from topo.launch.supervision.processes import Death
+from topo.launch.supervision.progress import Progress
+from topo.launch.supervision.state import Phase, RunState
+from topo.runtime.rundir import HOST, RESTART_VAR, RunDir
 
 from tests.launch.test_launch_units import PLAN, started, sub
 
@@ -320,7 +320,7 @@ def test_the_monitor_bell_rings_at_a_verdict(tmp_path):
 
 def test_a_death_seen_while_its_reap_hides_the_status_is_read_again(monkeypatch):
     """Neither the pidfd nor /proc tells, for a moment: the status is read again, not given up."""
-    from topo.launch import processes
+    from topo.launch.supervision import processes
 
     answers = iter([None, None, None, 9])  # the pidfd tells at its fourth reading (9: the wait status of SIGKILL)
     monkeypatch.setattr(processes, "_reaped_status", lambda fd: next(answers))

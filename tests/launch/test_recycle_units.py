@@ -6,12 +6,13 @@ import os
 
 import pytest
 
-from topo import heartbeat
-from topo.launch import recycle, report
-from topo.launch.recycle import Breach, Budgets
-from topo.launch.state import RunState
-from topo.render import recycle_text
-from topo.rundir import RunDir
+from topo.runtime import heartbeat
+from topo.launch.supervision import recycle
+from topo.launch import report
+from topo.launch.supervision.recycle import Breach, Budgets
+from topo.launch.supervision.state import RunState
+from topo.compiler.render import recycle_text
+from topo.runtime.rundir import RunDir
 
 from tests.launch.test_launch_units import PLAN
 from tests.launch.test_recovery_units import PLAN_WITH_KWARGS, SteppedEnv, beats_with_memory

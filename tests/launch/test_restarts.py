@@ -16,8 +16,8 @@ import psutil
 import pytest
 
 import topo
-from topo.episodes import EpisodeId, Episodes, episode_id, find_run
-from topo.rundir import RESTART_VAR, RUN_DIR_VAR, RunDir
+from topo.runtime.episodes import EpisodeId, Episodes, episode_id, find_run
+from topo.runtime.rundir import RESTART_VAR, RUN_DIR_VAR, RunDir
 
 from tests.launch.launch_helpers import (HANG_GUARD_S, HERE, LAUNCH_LIMITS, alive, assert_every_unclosed_env_is_named,
                                          launch, subprocess_env, summary, toy_spec, user_spec, wait_for, write)

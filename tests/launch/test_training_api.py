@@ -184,7 +184,7 @@ def test_the_quickstart_runs_as_written():
 def test_collector_arguments_that_would_break_a_guarantee_are_refused(tmp_path, monkeypatch):
     from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
-    from topo.launch.ray_collector import RayEngine
+    from topo.launch.ray.engine import RayEngine
 
     plan = topo.compile_spec(str(write(tmp_path / "toy.yaml", toy_spec(1, 2))))
     with pytest.raises(UsageError, match="build subcollector 0's envs in the trainer"):

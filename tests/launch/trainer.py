@@ -28,7 +28,7 @@ def process_state() -> dict:
 def worker_pid(run, subcollector: int, index: int, wait: float = 10.0) -> int:
     """The pid of env worker ``index`` of ``subcollector``, in its subcollector's latest start (under Ray, per-node
     records reach the trainer within seconds: waits for them up to ``wait``)."""
-    from topo.rundir import RunDir
+    from topo.runtime.rundir import RunDir
 
     restart = run.state.subcollectors[subcollector].restart
     deadline = time.monotonic() + wait

@@ -9,7 +9,7 @@ import pytest
 from topo.backends import get_backend
 from topo.backends.libero import check_config as check_libero_config
 from topo.checks import FAIL, OK, WARN
-from topo.doctor import _finish, check_devices, check_gl, check_memory
+from topo.doctor.host import _finish, check_devices, check_gl, check_memory
 
 from tests.libero.libero_helpers import ROOT, needs_libero, run_python
 
@@ -82,7 +82,7 @@ def test_probes_are_contained():
 
 
 def test_importing_doctor_imports_no_torch():
-    proc = run_python("import sys, topo.doctor; assert 'torch' not in sys.modules and 'numpy' not in sys.modules")
+    proc = run_python("import sys, topo.doctor.host; assert 'torch' not in sys.modules and 'numpy' not in sys.modules")
     assert proc.returncode == 0, proc.stderr
 
 

@@ -37,7 +37,7 @@ def test_render_gpu_refused_with_a_cpu_gl_backend():
 def test_render_gpu_without_a_cuda_egl_device_fails_clearly():
     proc = run_python("""
         from topo.envs.libero import configure_rendering
-        from topo.gl import egl_devices
+        from topo.runtime.gl import egl_devices
         assert all(d is None for d in egl_devices()), egl_devices()
         configure_rendering(0)
     """)
@@ -116,7 +116,7 @@ def test_device_zero_fallback_sets_the_recipes_variables_and_passes_robosuite_im
 
 def test_egl_devices_lists_this_hosts_devices():
     proc = run_python("""
-        from topo.gl import egl_devices
+        from topo.runtime.gl import egl_devices
         devices = egl_devices()
         assert isinstance(devices, list) and all(d is None or isinstance(d, int) for d in devices), devices
     """)

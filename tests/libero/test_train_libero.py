@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import topo
-from topo.episodes import Episodes, find_run
+from topo.runtime.episodes import Episodes, find_run
 
 from tests.launch.script_events import parse
 from tests.libero.libero_helpers import needs_libero

@@ -7,10 +7,10 @@ import json
 from click.testing import CliRunner
 import yaml
 
-import topo.doctor_ray as doctor_ray
+import topo.doctor.cluster as doctor_ray
 from topo.checks import FAIL, OK, WARN, Check
-from topo.doctor_command import doctor
-from topo.doctor_ray import NodeReport, check_node_memory, check_placement, held, render_text
+from topo.doctor.command import doctor
+from topo.doctor.cluster import NodeReport, check_node_memory, check_placement, held, render_text
 
 from tests.compiler.compiler_helpers import compile_dict
 from tests.ray.test_ray_training import two_node_spec

@@ -16,11 +16,11 @@ import pytest
 import yaml
 
 import topo
-from topo import gl
+from topo.runtime import gl
 from topo.errors import LaunchError
-from topo.launch import ray_collector
-from topo.launch.state import RunState
-from topo.rundir import HOST, RUN_DIR_VAR, SLOTS_VAR, RunDir
+from topo.launch.ray import engine as ray_collector
+from topo.launch.supervision.state import RunState
+from topo.runtime.rundir import HOST, RUN_DIR_VAR, SLOTS_VAR, RunDir
 
 from tests.ray.ray_head_helpers import ENV, RAY, RayHead, free_port
 
@@ -70,7 +70,7 @@ def test_missing_ray_is_a_launch_error(monkeypatch):
 
 @needs_ray
 def test_the_top_process_checks_without_importing_ray_or_torch():
-    code = ("import sys, topo.launch.ray_collector as r; r.check_reachable({'address': 'auto'}); "
+    code = ("import sys, topo.launch.ray.engine as r; r.check_reachable({'address': 'auto'}); "
             "sys.exit(bool({'ray', 'torch', 'torchrl'} & set(sys.modules)))")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 

@@ -22,9 +22,9 @@ import psutil
 import pytest
 import yaml
 
-from topo.episodes import Episodes
-from topo.launch.ray_records import NODE_RUNS
-from topo.rundir import RunDir
+from topo.runtime.episodes import Episodes
+from topo.launch.ray.records import NODE_RUNS
+from topo.runtime.rundir import RunDir
 
 from tests.launch.script_events import parse
 from tests.launch.launch_helpers import assert_every_unclosed_env_is_named

@@ -9,8 +9,8 @@ import yaml
 
 import topo
 from topo.errors import LaunchError, SpecError
-from topo.launch import ray_placement
-from topo.launch.ray_records import node_run_dir, records_dir, write_files
+from topo.launch.ray import placement as ray_placement
+from topo.launch.ray.records import node_run_dir, records_dir, write_files
 
 
 def plan(custom: list[dict], gpus: float = 0) -> dict:
@@ -71,7 +71,7 @@ def test_pulled_files_land_at_their_place_in_the_run_directory_and_never_outside
 
 
 def test_a_node_sends_an_episode_file_s_new_bytes_only(tmp_path, monkeypatch):
-    from topo.launch.ray_node import NodeCollector
+    from topo.launch.ray.node import NodeCollector
 
     node = NodeCollector.__new__(NodeCollector)  # its file listing only: no Ray, no collector
     node._topo_run_dir = str(tmp_path)
@@ -119,8 +119,8 @@ def test_a_dead_actor_is_named_with_its_node_and_plan_rows(monkeypatch):
     exceptions = pytest.importorskip("ray.exceptions")
     from types import SimpleNamespace
 
-    from topo.launch import ray_collector
-    from topo.launch.ray_collector import RayTopology
+    from topo.launch.ray import engine as ray_collector
+    from topo.launch.ray.engine import RayTopology
 
     actors = [SimpleNamespace(_actor_id=SimpleNamespace(hex=lambda i=i: f"actor{i}")) for i in range(2)]
     topology = RayTopology(SimpleNamespace(remote_collectors=actors), {"collector": {"total_frames": -1}, "subcollectors": [
@@ -159,10 +159,10 @@ def test_what_ray_raises_is_named_as_the_worker_the_actor_or_the_node_it_was(tmp
     from types import SimpleNamespace
 
     from tests.ray.test_ray_launch import toy_ray_spec
-    from topo.launch import ray_collector
-    from topo.launch.ray_node import EnvWorkersDied
-    from topo.launch.state import RunState
-    from topo.rundir import RunDir
+    from topo.launch.ray import engine as ray_collector
+    from topo.launch.ray.node import EnvWorkersDied
+    from topo.launch.supervision.state import RunState
+    from topo.runtime.rundir import RunDir
 
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(toy_ray_spec("127.0.0.1:1")))
@@ -197,7 +197,7 @@ def test_what_ray_raises_is_named_as_the_worker_the_actor_or_the_node_it_was(tmp
 
 
 def test_an_actor_blames_the_env_worker_its_rollout_waits_on():
-    from topo.launch.ray_node import hung
+    from topo.launch.ray.node import hung
 
     now = 100.0
     owed = (90.0, 80.0)  # asked at 90, last delivered at 80
@@ -226,7 +226,7 @@ def test_the_plan_places_the_inference_server_actor_and_packs_it_with_the_subcol
         "resources": {"cpus": 1, "gpus": 1, "memory_gb": None, "custom": {"learner": 1}},
         "remote_config": {"num_cpus": 1, "num_gpus": 1, "resources": {"learner": 1}}, "node": "learner"}
     assert [sub["node"] for sub in placement["subcollectors"]] == ["sim#0", "sim#1"]
-    from topo.render import coverage_text
+    from topo.compiler.render import coverage_text
 
     assert "  inference server: ray actor (1 cpus, 1 gpus, learner 1) -> learner" in coverage_text(
         topo.compile_spec(str(path))).splitlines()
@@ -250,14 +250,14 @@ def test_the_served_policy_records_itself_on_the_trainers_queue_under_ray(monkey
     assert note["in_keys"] == policy._keys(served.in_keys) and note["out_keys"] == policy._keys(served.out_keys)
     notes.clear()
     with pytest.raises(TypeError):
-        policy.in_server("topo.launch.ray_placement:describe", {"rows": []}, notes)  # not a TensorDict policy
+        policy.in_server("topo.launch.ray.placement:describe", {"rows": []}, notes)  # not a TensorDict policy
     assert [n["name"] for n in notes] == ["policy-failed"] and "TensorDictModuleBase" in notes[0]["traceback"]
 
 
 def test_a_server_actor_that_stops_answering_alive_is_the_runs_server_died_failure_once():
     import threading
 
-    from topo.launch import ray_server
+    from topo.launch.ray import server as ray_server
 
     class Server:
         is_alive = True
@@ -283,7 +283,7 @@ def test_the_server_actor_is_checked_and_reported_as_a_subcollectors_actor_is():
         "    server: planned node_b 0.1 -> node bbbbbbbb on host-b, pid 1, gpus none [ok]"]
     policy = {"placement": "server", "trainer_policy": True, "updates": 2, "server": row}
     assert _acting(policy, [[2], [2]]).startswith("on one inference server (a Ray actor, pid 1 on host-b, node bbbbbbbb)")
-    from topo.launch import ray_server
+    from topo.launch.ray import server as ray_server
 
     with pytest.raises(LaunchError, match="the inference server is not where the plan put it: its actor on host-b "
                                           r"\(node bbbbbbbb\) its node has no resource 'node_b'"):
@@ -298,7 +298,7 @@ def test_a_restarted_actor_leaves_its_records_pulled_and_gets_the_eval_round_in_
     from types import SimpleNamespace
 
     from tests.ray.test_ray_launch import toy_ray_spec
-    from topo.launch import ray_collector
+    from topo.launch.ray import engine as ray_collector
 
     class Actor:
         def __init__(self, name):

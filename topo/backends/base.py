@@ -54,7 +54,7 @@ class BatchKeys(NamedTuple):
     VLA envs' (ToyVLAEnv, LiberoEnv); a batch without them leaves nothing to check."""
 
     instruction: str | None = "language_instruction"  # the language instruction, one string per step
-    group: str | None = "group_id"  # the GRPO group id, in the plan's blocks of ``topo.assign.GROUP_ID_OFFSET``
+    group: str | None = "group_id"  # the GRPO group id, in the plan's blocks of ``topo.compiler.assign.GROUP_ID_OFFSET``
 
 
 class Backend:

@@ -39,9 +39,9 @@ def bench(spec, assignments, modes, repeats, cap, cache, sweep, out_dir, batches
     against the baseline (recipe: what torchrl's vla_grpo recipe runs today), each env worker's peak memory,
     and each mode's lower bound: max(chain, work / cores) from one worker's phases measured alone
     (start + imports, paid once per importing process; construction + first reset, paid by every worker)."""
-    from topo.plan import compile_spec
-    from topo.load import parse_assignments
-    from topo.plan import dumps
+    from topo.compiler.plan import compile_spec
+    from topo.compiler.load import parse_assignments
+    from topo.compiler.plan import dumps
     from topo.bench import chart, compare, runs, sweep as sweeps
     from topo.bench.modes import model_cache, own_builder, variant, with_model_cache
 

@@ -15,7 +15,7 @@ Each mode is the same plan with a different ``launch.construction``, start metho
 - ``forkserver`` / ``forkserver-preload``: the same with forkserver env workers, the latter with the
   server preloading torch, torchrl.envs and the backend's builder module;
 - ``fork``: env workers forked from their subcollector, which has torch and torchrl imported, has built
-  no env and, with GL held off there (:mod:`topo.gl`), has loaded no GL library;
+  no env and, with GL held off there (:mod:`topo.runtime.gl`), has loaded no GL library;
 - ``capped``: ``workers`` with ``max_concurrent_starts``.
 
 Every variant acts with random actions (a spec's ``policy`` is dropped: bench measures env startup, and a
@@ -28,7 +28,7 @@ import copy
 import os
 from typing import Any
 
-from topo.plan import preload_modules
+from topo.compiler.plan import preload_modules
 
 MODES = ("recipe", "legacy", "homogeneous", "workers", "forkserver", "forkserver-preload", "fork", "capped")
 #: what every ratio is to: the first of these in a run (``recipe`` unless ``--modes`` leaves it out)

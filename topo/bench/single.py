@@ -25,7 +25,7 @@ def main(plan_path: str) -> None:
     with open(plan_path) as f:
         plan = json.load(f)
     kwargs = plan["subcollectors"][0]["workers"][0]["kwargs"]
-    from topo import gl
+    from topo.runtime import gl
 
     gl.hold()  # as under topo launch: torchrl imported with GL held, released by make_env
     marks = [(time.perf_counter(), time.process_time())]

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from topo.backends.libero import SCENE_FILE
-from topo.gl import egl_devices, gl_renderer, resolve_device, select
+from topo.runtime.gl import egl_devices, gl_renderer, resolve_device, select
 
 
 def build(env: Mapping[str, Any], render_gpu: int | None = None, render_numbering: str | None = None,
@@ -145,7 +145,7 @@ def builder_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def model_cache(options: Mapping[str, Any]):
     """The :class:`~topo.envs.mujoco_cache.ModelCache` the options name, or None when it is off."""
-    from topo.model_cache import cache_dir
+    from topo.runtime.model_cache import cache_dir
 
     from topo.envs.mujoco_cache import ModelCache
 
@@ -179,7 +179,7 @@ def _point_robosuite_at(egl_index: int) -> None:
 
     robosuite's EGL context reads MUJOCO_EGL_DEVICE_ID when it creates its display (ignoring
     ``render_gpu_device_id`` then), and so does mujoco's own display if mujoco is first imported here
-    (under ``topo launch`` it was imported with GL held, so it opens none: :mod:`topo.gl`). But importing robosuite's bindings asserts that the variable appears in
+    (under ``topo launch`` it was imported with GL held, so it opens none: :mod:`topo.runtime.gl`). But importing robosuite's bindings asserts that the variable appears in
     CUDA_VISIBLE_DEVICES, which an EGL index need not: so that import runs with the variable unset.
     """
     os.environ["MUJOCO_EGL_DEVICE_ID"] = str(egl_index)

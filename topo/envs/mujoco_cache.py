@@ -11,7 +11,7 @@ entry was saved, and load it after releasing the lock, all at once (a load, with
 check, takes 0.3-1 s: loading under the lock would queue them).
 Entries are written to a temporary file and renamed; the ``.json`` (size and crc32) comes last, and a
 load checks both, so a truncated, garbled or half-written entry is recompiled and replaced. A cache
-that cannot be written only costs the compile. Layout and listing: :mod:`topo.model_cache`.
+that cannot be written only costs the compile. Layout and listing: :mod:`topo.runtime.model_cache`.
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""In an env worker: the episode id on every step, and the records it resolves to (:mod:`topo.episodes`).
+"""In an env worker: the episode id on every step, and the records it resolves to (:mod:`topo.runtime.episodes`).
 
 :func:`wrap` puts :class:`EpisodeLog` on the env a worker built (the key is added to the env's spec, so
 ``ParallelEnv`` reads it from the worker's metadata like any other). At each reset it takes
 the seed state first (:func:`seed_state`: the global RNGs and the env's own counters and generators,
-what :mod:`topo.replay` restores), then writes the episode's ``start``; at its end (done, the next reset,
+what :mod:`topo.runs.replay` restores), then writes the episode's ``start``; at its end (done, the next reset,
 or ``close``) its ``end``. With ``record_actions`` each step's actions, reward and a digest of what it
 returned (:func:`digest`) are kept and written in chunks (an ``.npz`` in the worker life's ``.steps`` file
 every :data:`FLUSH_STEPS` steps or :data:`FLUSH_S` seconds, and at the end).
@@ -27,7 +27,7 @@ from tensordict import TensorDictBase
 from torchrl.data import Unbounded
 from torchrl.envs import EnvBase
 
-from topo.episodes import KEY, EpisodeId, life_file
+from topo.runtime.episodes import KEY, EpisodeId, life_file
 
 MAX_TENSOR = 1 << 16  # env attributes: tensors up to this many elements are state; larger ones are data
 _NESTED = ("_env", "env", "inner")  # where a wrapper keeps what it wraps: their generators are state too

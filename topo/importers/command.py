@@ -33,7 +33,7 @@ def vla_grpo(config, overrides, out, strict):
     server, replay, logging), is said on stderr and at the end of the spec; unknown keys are warned about.
     """
     from topo.errors import SpecError
-    from topo.render import diagnostics_text
+    from topo.compiler.render import diagnostics_text
     from topo.importers import hydra
     from topo.importers.vla_grpo import convert
 

@@ -17,7 +17,7 @@ import yaml
 
 from topo.diagnostics import Diagnostic, error
 from topo.errors import SpecError
-from topo.load import Source, load
+from topo.compiler.load import Source, load
 
 OVERRIDE = re.compile(r"(?P<prefix>\+\+|\+|~)?(?P<key>[A-Za-z_][\w\-]*(?:\.[\w\-]+)*)(?:=(?P<value>.*))?", re.S)
 INTERPOLATION = re.compile(r"(?<!\\)\$\{([^${}]*)\}")

@@ -4,7 +4,7 @@
 ``launch`` takes the same path as :func:`topo.collector`: this process is the trainer; it collects
 ``--batches`` batches with the plan's policy (``--policy`` or the spec's ``policy`` section; random actions
 without one), then, when the plan has an eval section, evaluates once (``--no-eval``: not). ``eval`` runs
-the eval rows alone (:class:`~topo.launch.evaluation.Evaluation`), like ``lerobot-eval``: a factory and,
+the eval rows alone (:class:`~topo.launch.evaluation.run.Evaluation`), like ``lerobot-eval``: a factory and,
 optionally, a checkpoint (``--weights``: a file ``torch.save`` wrote, a state dict or a TensorDict).
 Exit codes: 0 ok, 1 launch failure, 2 user error (bad spec, stale plan), 130 Ctrl-C, 143 SIGTERM.
 Importing this module imports neither torch nor torchrl.
@@ -36,17 +36,17 @@ import click
 def launch(source, batches, policy_factory, report_dir, quiet, startup_timeout, max_concurrent_starts, assignments,
            spec_path, allow_edited_plan, evaluate_too):
     """Launch SOURCE (a spec, or a plan written by `topo plan -o`) and collect a few batches."""
-    from topo import gl
+    from topo.runtime import gl
 
-    gl.hold()  # before torch: this process builds no env, so it opens no GL display (topo.gl)
+    gl.hold()  # before torch: this process builds no env, so it opens no GL display (topo.runtime.gl)
     run = None
     try:
-        from topo.load import parse_assignments
-        from topo.launch import plans
+        from topo.compiler.load import parse_assignments
+        from topo.compiler import saved as plans
 
         plan = plans.resolve(source, parse_assignments(assignments), spec_path, allow_edited=allow_edited_plan,
                              quiet=quiet)
-        from topo.launch.session import Run  # torch: only for a plan that runs
+        from topo.launch.run import Run# torch: only for a plan that runs
 
         run = Run(plan, policy_factory=policy_factory, report_dir=report_dir, progress=not quiet,
                   progress_while_collecting=True, startup_timeout=startup_timeout,
@@ -83,18 +83,18 @@ def launch(source, batches, policy_factory, report_dir, quiet, startup_timeout, 
 def evaluate(source, policy_factory, weights, rounds, report_dir, quiet, startup_timeout, assignments, spec_path,
              allow_edited_plan):
     """Evaluate a policy on SOURCE's eval rows: every (task, init state) its trials, per-task success."""
-    from topo import gl
+    from topo.runtime import gl
 
     gl.hold()
     evaluation = None
     try:
-        from topo.load import parse_assignments
-        from topo.launch import plans
+        from topo.compiler.load import parse_assignments
+        from topo.compiler import saved as plans
 
         plan = plans.resolve(source, parse_assignments(assignments), spec_path, allow_edited=allow_edited_plan,
                              quiet=quiet)
-        from topo.launch import eval_results
-        from topo.launch.evaluation import Evaluation
+        from topo.launch.evaluation import results as eval_results
+        from topo.launch.evaluation.run import Evaluation
 
         evaluation = Evaluation(plan, policy_factory=policy_factory, out_dir=report_dir, report_dir=report_dir,
                                 progress=not quiet, startup_timeout=startup_timeout, process_logs=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from topo.plan import engine
+from topo.compiler.plan import engine
 
 class Engine(Protocol):
     """``capabilities``: ``restarts`` (its collector restarts a subcollector in place: launch.restarts,
@@ -45,9 +45,9 @@ def engine_for(plan: dict[str, Any], *, restarts: bool = True) -> Engine:
     """The engine the plan's ``placement.engine`` names; ``restarts``: whether the installed torchrl allows
     restarting a subcollector in place (:mod:`.boundary`)."""
     if engine(plan) == "ray":
-        from topo.launch.ray_collector import RayEngine
+        from topo.launch.ray.engine import RayEngine
 
         return RayEngine(restarts=restarts)
-    from topo.launch.local import LocalEngine
+    from topo.launch.local.engine import LocalEngine
 
     return LocalEngine(restarts=restarts)

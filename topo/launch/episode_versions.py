@@ -4,7 +4,7 @@ Each batch of a subcollector holds, per step, the episode it belongs to (``topo_
 the worker: :mod:`topo.envs.recording`) and the version of the weights that chose its action
 (``policy_version``). :func:`record` appends one line per batch to the subcollector's
 ``episodes/versions.sub<c>.r<k>.jsonl``: ``[episode id, version, steps]`` for each pair in it, the
-join :class:`topo.episodes.Episodes` reads.
+join :class:`topo.runtime.episodes.Episodes` reads.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from topo.episodes import KEY, versions_file
+from topo.runtime.episodes import KEY, versions_file
 
 
 def record(run_dir: str, subcollector: int, restart: int, number: int, batch: Any) -> None:

@@ -13,10 +13,10 @@ import functools
 import time
 from typing import Any, Callable
 
-from topo import heartbeat
+from topo.runtime import heartbeat
 from topo.launch import episode_versions
-from topo.assign import GROUP_ID_OFFSET as GROUP_BLOCK  # a plan group's ids lie in [group, group + 1) x this
-from topo.rundir import RunDir, restart_number
+from topo.compiler.assign import GROUP_ID_OFFSET as GROUP_BLOCK# a plan group's ids lie in [group, group + 1) x this
+from topo.runtime.rundir import RunDir, restart_number
 
 _here: dict[str, Any] = {}  # in a subcollector process: its index and its batch count
 

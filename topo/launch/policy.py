@@ -30,9 +30,9 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
 from topo.errors import UsageError
-from topo.rundir import RunDir, record
+from topo.runtime.rundir import RunDir, record
 from topo.worker import import_builder
-from topo.launch import ray_server
+from topo.launch.ray import server as ray_server
 
 PLACEMENTS = ("subcollector", "server")
 WEIGHT_SYNC = ("shared_mem", "multiprocess")
@@ -145,7 +145,7 @@ def in_server(factory: str | Callable, kwargs: dict, notes=None):
 def _server_notes(notes) -> Callable[..., None]:
     """How the server records a marker: into the run directory, or onto the trainer's queue (a Ray actor)."""
     if notes is not None:
-        from topo.launch.ray_placement import here
+        from topo.launch.ray.placement import here
 
         return lambda name, **fields: notes.put(record(name, **fields, actor=here()))
     run = RunDir.current()
@@ -178,7 +178,7 @@ class Placement:
     def __init__(self, setup: PolicySetup, trainer_policy, n_subcollectors: int, collector_acks: bool = False,
                  weight_sync: str | None = None):
         self.setup = setup
-        self.collector_acks = collector_acks  # the collector waits for acknowledgements (topo.launch.respawn)
+        self.collector_acks = collector_acks  # the collector waits for acknowledgements (topo.launch.local.respawn)
         self.weight_sync = weight_sync  # the engine's scheme, reported instead of the spec's (ray)
         self.trainer_policy = trainer_policy
         self.n = n_subcollectors
@@ -249,7 +249,7 @@ class Placement:
             # they are given into shared memory, where the copies would see each optimizer step as it happens
             self.sender = VersionedPolicy(copy.deepcopy(self.trainer_policy))
             # collector_acks: the collector waits for each acknowledgement itself, restarting a lost
-            # subcollector instead of waiting for it forever (topo.launch.respawn)
+            # subcollector instead of waiting for it forever (topo.launch.local.respawn)
             sync = not self.collector_acks
             self.scheme = SharedMemWeightSyncScheme(sync=sync) if setup.weight_sync == "shared_mem" else \
                 MultiProcessWeightSyncScheme(sync=sync)

@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from topo.errors import TopoError
-from topo import episodes
-from topo.launch import observe, ray_placement
-from topo.launch.state import RunState
-from topo.launch.teardown import Record
+from topo.runtime import episodes
+from topo.launch import observe
+from topo.launch.ray import placement as ray_placement
+from topo.launch.supervision.state import RunState
+from topo.launch.supervision.teardown import Record
 
 ROLES = ("trainer", "server", "subcollector", "worker")
 
@@ -37,7 +38,7 @@ class Outcome:
     policy: dict | None  # the policy placement's description
     torchrl: dict | None = None  # :meth:`topo.launch.boundary.Support.to_dict`
     extra: dict = field(default_factory=dict)  # what the caller adds to the launch section
-    evaluation: dict | None = None  # :meth:`topo.launch.eval_service.EvalService.describe`
+    evaluation: dict | None = None  # :meth:`topo.launch.evaluation.service.EvalService.describe`
     memory: list[dict] = field(default_factory=list)  # :meth:`RunState.memory` at the end: each worker's latest
     actors: list[dict] | None = None  # Ray engine: each subcollector's planned and actual node (:mod:`.ray_placement`)
 

@@ -16,9 +16,9 @@ import sys
 import threading
 from typing import Callable, Iterator
 
-from topo import gl
-from topo.episodes import RECORD_VAR
-from topo.rundir import RESTART_VAR, RUN_DIR_VAR, SLOTS_VAR
+from topo.runtime import gl
+from topo.runtime.episodes import RECORD_VAR
+from topo.runtime.rundir import RESTART_VAR, RUN_DIR_VAR, SLOTS_VAR
 
 TRAINER_VAR = "TOPO_TRAINER_PID"
 
@@ -77,7 +77,7 @@ class TrainerState:
 def launch_window(run_path: str, *, max_concurrent_starts: int | None = None, process_logs: bool = False,
                   restart: int = 0, record: str = "episodes") -> Iterator[None]:
     """What the processes started now inherit: the run directory, start slots, the restart number of a
-    subcollector started again, what env workers record (episodes, also their actions, or nothing), GL held off (:mod:`topo.gl`),
+    subcollector started again, what env workers record (episodes, also their actions, or nothing), GL held off (:mod:`topo.runtime.gl`),
     this process's output as ``processes.log``."""
     values = {RUN_DIR_VAR: run_path, TRAINER_VAR: str(os.getpid()), RECORD_VAR: record}
     if max_concurrent_starts:

@@ -1,0 +1,100 @@
+"""Validation: the JSON Schema, then the topology rules (:mod:`topo.compiler.rules`). Every problem at once, each located."""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from topo.compiler import schema
+from topo.backends import Backend, TaskCatalog
+from topo.diagnostics import Diagnostic, error, sort_key
+from topo.compiler.load import Source
+from topo.compiler.rules import RULES, context
+from topo.compiler.rules.untyped import backend_alone, not_json, too_many_ids
+from topo.compiler.spec import Spec, from_data
+
+
+@dataclass
+class Checked:
+    """What validation produced: diagnostics, and the typed spec when the rules could run."""
+
+    diagnostics: list[Diagnostic]
+    spec: Spec | None = None
+    backend: Backend | None = None
+    catalog: TaskCatalog | None = None
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.is_error]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if not d.is_error]
+
+
+def validate(source: Source) -> Checked:
+    """Check ``source`` against the schema and every topology rule."""
+    found = schema.check(source.data)
+    spec = None
+    backend = catalog = None
+    if isinstance(source.data, dict):
+        repaired = _without(_respelt(source.data, found), [d.path for d in found if not d.suggestion])
+        too_wide = too_many_ids(repaired)
+        found += too_wide
+        if not too_wide and not schema.check(repaired):
+            spec = from_data(repaired)
+            ctx, said = context(spec)
+            found += said
+            for rule in RULES:
+                found += rule(spec, ctx)
+            backend, catalog = ctx.backend, ctx.catalog
+        else:
+            found += backend_alone(repaired)
+        reported = {d.path for d in found}
+        found += [d for d in not_json(source.data, ()) if d.path not in reported]
+    elif not found:
+        found.append(error("schema-type", "the spec must be a mapping of sections", ()))
+    aliases = {d.path[:-1] + (d.suggestion,): d.path for d in found if d.suggestion}
+    placed = sorted((source.place(d, aliases) for d in found), key=sort_key)
+    return Checked(placed, spec, backend, catalog)
+
+
+def _without(data: dict, paths: list[tuple]) -> dict:
+    """A copy of ``data`` without the values that failed the schema, so the rules can still run."""
+    out = copy.deepcopy(data)
+    for path in paths:
+        node: Any = out
+        for part in path[:-1]:
+            try:
+                node = node[part] if not isinstance(node, dict) else node.get(part, node.get(_as_int(part)))
+            except (IndexError, TypeError, KeyError):
+                node = None
+            if node is None:
+                break
+        if not path or node is None:
+            continue
+        key = path[-1]
+        if isinstance(node, dict):
+            node.pop(key, None)
+            node.pop(_as_int(key), None)
+        elif isinstance(node, list) and isinstance(key, int) and key < len(node):
+            node[key] = None
+    return out
+
+
+def _respelt(data: dict, found: list[Diagnostic]) -> dict:
+    """A copy of ``data`` with each misspelt key renamed to what it most likely meant."""
+    out = copy.deepcopy(data)
+    for d in found:
+        if not d.suggestion:
+            continue
+        node: Any = out
+        for part in d.path[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and d.suggestion not in node and d.path[-1] in node:
+            node[d.suggestion] = node.pop(d.path[-1])
+    return out
+
+
+def _as_int(key: Any) -> Any:
+    return int(key) if isinstance(key, str) and key.isdigit() else key

@@ -1,0 +1,1 @@
+"""topo.launch.evaluation.run."""

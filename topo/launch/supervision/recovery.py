@@ -1,0 +1,209 @@
+"""The trainer's side of a restart: what the respawning collector asks while it starts a subcollector again.
+
+:class:`Recovery` is the :class:`~.respawn.Supervisor` of the local engine's collector. The monitor's
+thread decides (:meth:`.monitor.Monitor.judge`): a restart (the subcollector is ``pending``) or the
+run's failure. The collector, in the trainer's thread, asks :meth:`~Recovery.tick` and
+:meth:`~Recovery.lost` whenever torchrl checks its processes, and restarts a lost subcollector then:
+:meth:`~Recovery.begin` retires the old start and hands over the new one's factories, and
+:meth:`~Recovery.poll_ready` follows it until it is instantiated. Imports neither torch nor torchrl.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager
+
+from topo.runtime import heartbeat
+from topo.launch import boundary
+from topo.launch.supervision import failure as failures, processes
+from topo.launch.supervision.delivery import Delivery
+from topo.launch.supervision.failure import Failure
+from topo.launch.supervision.monitor import Monitor
+from topo.launch.supervision.recycle import Recycle, Recycler
+from topo.launch.supervision.restarts import Restart
+from topo.launch.supervision.state import RunState, Subcollector
+from topo.launch.supervision.teardown import RETIRED_EXIT_S
+
+VERDICT_S = 2.0  # a subcollector process ended: time for the monitor to see why (then the trainer says what it saw)
+POLL_S = 0.1
+
+
+@dataclass
+class Start:
+    """A restart about to begin: its number, its factories (plain data, picklable) and its launch window."""
+
+    restart: int
+    env_factory: Callable
+    policy_factory: Callable | None
+    window: ContextManager
+
+
+class Recovery:
+    """The run's side of restarts: ``window(k)`` is the launch window of a subcollector's ``k``-th restart;
+    ``restart_policy(c)`` its policy factory (None: the first start's), ``weights()`` the last pushed."""
+
+    def __init__(self, state: RunState, monitor: Monitor, delivery: Delivery, *,
+                 window: Callable[[int], ContextManager], restart_policy: Callable[[int], Callable | None],
+                 weights: Callable[[], Any]):
+        self.state = state
+        self.monitor = monitor
+        self.delivery = delivery
+        self.window = window
+        self.restart_policy = restart_policy
+        self.current_weights = weights
+        self._graves: list[tuple[Any, float]] = []  # retired subcollector processes not yet gone
+        self._askers: dict[tuple[int, int], Any] = {}  # (subcollector, restart) -> its heartbeat slot 0
+        self.recycler = Recycler(state, monitor.lock)
+
+    @property
+    def bell(self) -> int:
+        """Readable when the monitor reached a verdict (a restart, the run's failure)."""
+        return self.monitor.bell
+
+    def tick(self) -> None:
+        """Raise the run's failure once delivered; end what is left of retired subcollectors past their grace."""
+        self.delivery.raise_if_failed()
+        self._bury()
+
+    def between_batches(self) -> None:
+        """The trainer asked for the next batch: a subcollector with a worker past a health budget is to be
+        rebuilt (:mod:`.recycle`; the collector starts it at its next check, as a restart)."""
+        self.recycler.between_batches(time.time())
+
+    def lost(self, index: int) -> bool:
+        """Subcollector ``index`` must be started again (the monitor decided it)."""
+        with self.monitor.lock:
+            return self.state.subcollectors[index].pending
+
+    def settle(self, index: int, pid: int | None, exitcode: int | None) -> None:
+        """The process of subcollector ``index`` ended: the monitor's verdict on it (what it saw, or else
+        what the trainer saw). Returns when a restart is decided; raises the run's failure otherwise."""
+        how = processes.describe_exitcode(exitcode)
+        with self.monitor.lock:
+            restart = self.state.subcollectors[index].restart
+        self.judge(index, Failure("subcollector-died", f"subcollector process ended unexpectedly ({how}, pid {pid})",
+                                     time.time(), index, pid=pid, how=how, restart=restart))
+
+    def begin(self, index: int, old) -> Start:
+        """Retire the current start of ``index`` (its process ``old``) and hand over its restart."""
+        self._retire(index, old)
+        restart, rows = self.restarting(index)
+        from topo.launch.local.engine import env_factory
+
+        return Start(restart, env_factory(self.state.plan, index, rows), self.restart_policy(index), self.window(restart))
+
+    def restarting(self, index: int) -> tuple[int, list[dict]]:
+        """The decided restart of ``index`` begins (its engine ended the old start): its number and plan rows."""
+        with self.monitor.lock:
+            sub = self.state.subcollectors[index]
+            sub.pending, sub.began = False, time.time()
+            self._record(index, sub).began_at = sub.began
+            rows = [self.state.workers[(index, row["index"])].row for row in self.state.plan["subcollectors"][index]["workers"]]
+            return sub.restart, rows
+
+    def instantiated(self, index: int) -> None:
+        """The restart of ``index`` collects: its envs are built, its policy has the weights."""
+        with self.monitor.lock:
+            sub = self.state.subcollectors[index]
+            sub.ready = time.time()
+            self._record(index, sub).ready_at = sub.ready
+
+    def poll_ready(self, index: int, restart: int, pipe, proc) -> str:
+        """How the restart of subcollector ``index`` is doing: ``"ready"`` (instantiated: recorded),
+        ``"waiting"``, or ``"lost"`` (it failed and a restart was decided again); raises when the run failed."""
+        self.delivery.raise_if_failed()
+        if self.lost(index):
+            return "lost"
+        try:
+            if not pipe.poll(0):
+                if not proc.is_alive():
+                    self.settle(index, proc.pid, proc.exitcode)
+                    return "lost"
+                return "waiting"
+            message = pipe.recv()
+        except (EOFError, OSError):
+            proc.join(POLL_S)
+            self.settle(index, proc.pid, proc.exitcode)
+            return "lost"
+        if message == boundary.INSTANTIATED:
+            self.instantiated(index)
+            return "ready"
+        text, trace = boundary.startup_error(message)
+        self.judge(index, failures.subcollector_failed(index, restart, proc.pid, text, trace))
+        return "lost"
+
+    def asked(self, index: int) -> None:
+        """The trainer asked subcollector ``index`` for a batch: from now on it owes one (its heartbeat says so)."""
+        restart = self.state.subcollectors[index].restart
+        stamp = self._askers.get((index, restart))
+        if stamp is None:
+            stamp = heartbeat.asker(self.state.run.path, index, restart)
+            if stamp is None:
+                return  # not started yet: asked again once it is
+            self._askers[(index, restart)] = stamp
+        stamp.start()
+
+    def abandon(self, index: int, proc) -> None:
+        """The run ends while a restart of subcollector ``index`` starts: end it now, its workers and its
+        group (it never collected: nothing of it to close or flush)."""
+        with self.monitor.lock:
+            restart = self.state.subcollectors[index].restart
+            pids = {w.pid for w in self.state.all_workers() if (w.subcollector, w.restart) == (index, restart) and w.pid}
+        for p in processes.of_run(self.state.run.path, self.state.trainer_pid):
+            if p.pid in pids or p.pid == proc.pid or processes.in_group(p, proc.pid):
+                processes.kill(p)
+        self._graves.append((proc, time.monotonic()))
+
+    def close(self) -> None:
+        """At teardown: end the retired subcollectors still there, in their grace or not, with their process
+        groups (their forkservers), so that the run leaves none of them behind."""
+        self._bury(now=True)
+        self._graves.clear()
+
+    def judge(self, index: int, seen: Failure, *, first_records: bool = True) -> None:
+        """Wait for the monitor's verdict on subcollector ``index``; past ``VERDICT_S`` without one (at once
+        unless ``first_records``: what the trainer saw is all there is), submit what the trainer ``seen`` and
+        wait for the verdict on that. Returns once a restart is decided; raises the run's failure otherwise.
+        (A monitor that gives none, which only a stopped monitor would, leaves ``seen`` raised.)"""
+        submitted = False
+        deadline = time.monotonic() + (VERDICT_S if first_records else 0.0)
+        while True:
+            self.delivery.raise_if_failed()
+            if self.lost(index):
+                return
+            if time.monotonic() >= deadline:
+                if submitted:
+                    raise seen.error()
+                self.monitor.submit(seen)
+                submitted, deadline = True, time.monotonic() + VERDICT_S
+            time.sleep(POLL_S / 2)
+
+    # -- inside -------------------------------------------------------------------------------
+    def _retire(self, index: int, proc) -> None:
+        """Set the last retired start of subcollector ``index`` going: SIGKILL its env workers now (a
+        worker's death ends its subcollector's rollout anyway); the subcollector process, once it exited
+        on its own (flushing its queue writes) or ``RETIRED_EXIT_S`` passed, goes with its process group."""
+        with self.monitor.lock:
+            old = self.state.retired_subcollectors_of(index)[-1]
+            pids = {w.pid for w in self.state.retired_workers if (w.subcollector, w.restart) == (index, old.restart)
+                    and w.pid and w.local}
+        for p in processes.of_run(self.state.run.path, self.state.trainer_pid):
+            if p.pid in pids:
+                processes.kill(p)
+        self._graves.append((proc, time.monotonic() + RETIRED_EXIT_S))
+
+    def _bury(self, *, now: bool = False) -> None:
+        for grave in list(self._graves):
+            proc, deadline = grave
+            if proc.is_alive() and time.monotonic() < deadline and not now:
+                continue
+            for p in processes.of_run(self.state.run.path, self.state.trainer_pid):
+                if p.pid == proc.pid or processes.in_group(p, proc.pid):
+                    processes.kill(p)
+            proc.join(POLL_S)
+            if not proc.is_alive():
+                self._graves.remove(grave)
+
+    def _record(self, index: int, sub: Subcollector) -> Restart | Recycle:
+        return next(r for r in (*self.state.restarts, *self.state.recycles) if (r.subcollector, r.restart) == (index,
+                                                                                                         sub.restart))

@@ -1,0 +1,1 @@
+"""topo.runtime."""

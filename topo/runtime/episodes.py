@@ -1,0 +1,296 @@
+"""Episode provenance: the id every collected step carries, the records behind it, and their reading.
+
+Every step an env worker returns carries ``topo_episode``, an int64 that says which episode it belongs
+to: the worker's plan row (its ``global_index``), the worker's life (the subcollector's restart number:
+a restart or a recycle starts a new life) and the episode's ordinal in that life. As text it is
+``w5-r0-e12`` (training) or ``eval-w1-r0-e3`` (an eval row's). The ids are unique in a run.
+
+The worker writes what the id resolves to into the run directory (:mod:`topo.envs.recording`), one
+JSON line per event in ``episodes/<life>.jsonl`` (``<life>``: ``w5.r0``, ``eval-w1.r0``):
+
+- ``start``: the id, when, the seed the worker was given, the init state and group id the env reports,
+  and the seed state at the reset: the global RNGs (torch, numpy, random) and the env's own state, each
+  a pickled blob stored once and referred to by its digest when it recurs (``blobs``);
+- ``end``: steps, return, success, how it ended, and with ``launch.record_actions`` where its actions
+  and per-step observation digests lie in ``<life>.steps`` (offset, length: an ``.npz``).
+
+Each subcollector writes, per batch, which policy versions acted in which episode
+(``episodes/versions.sub<c>.r<k>.jsonl``). :class:`Episodes` joins them with the plan rows: what
+``topo runs show`` lists and :func:`topo.runtime.episodes` returns. Pure: imports neither torch nor numpy.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+KEY = "topo_episode"  # the batch key
+FOLDER = "episodes"
+RECORD_VAR = "TOPO_RECORD"  # in a run's processes: "episodes" (the default), "actions" (record_actions) or "off"
+EVAL_BIT = 1 << 62
+ROW_SHIFT, ROW_BITS = 42, 20  # a plan row's global_index: up to 1,048,575
+LIFE_SHIFT, LIFE_BITS = 28, 14  # a restart number: up to 16,383
+EPISODE_BITS = 28  # episodes in one worker life: up to 268,435,455
+_TEXT = re.compile(r"^(eval-)?w(\d+)-r(\d+)-e(\d+)$")
+
+
+@dataclass(frozen=True)
+class EpisodeId:
+    """An episode's identity: plan row ``row`` (an eval row's when ``eval``), life ``restart``, ordinal ``episode``."""
+
+    row: int
+    restart: int
+    episode: int
+    eval: bool = False
+
+    def __post_init__(self) -> None:
+        for name, bits in (("row", ROW_BITS), ("restart", LIFE_BITS), ("episode", EPISODE_BITS)):
+            value = getattr(self, name)
+            if not 0 <= value < 1 << bits:
+                raise ValueError(f"an episode id's {name} must lie in [0, {1 << bits}), got {value}")
+
+    def __int__(self) -> int:
+        return (EVAL_BIT if self.eval else 0) | self.row << ROW_SHIFT | self.restart << LIFE_SHIFT | self.episode
+
+    def __str__(self) -> str:
+        return f"{'eval-' if self.eval else ''}w{self.row}-r{self.restart}-e{self.episode}"
+
+    @property
+    def life(self) -> str:
+        """The file stem of the worker life it belongs to: ``w5.r0``."""
+        return f"{'eval-' if self.eval else ''}w{self.row}.r{self.restart}"
+
+    @classmethod
+    def of(cls, value: int | str | EpisodeId) -> EpisodeId:
+        """From the batch's int64, its text (``w5-r0-e12``) or an id."""
+        if isinstance(value, EpisodeId):
+            return value
+        if isinstance(value, str):
+            found = _TEXT.match(value.strip())
+            if found is None:
+                if value.strip().lstrip("-").isdigit():
+                    return cls.of(int(value))
+                raise ValueError(f"not an episode id: {value!r} (ids read like w5-r0-e12 or eval-w1-r0-e3)")
+            return cls(int(found[2]), int(found[3]), int(found[4]), eval=bool(found[1]))
+        value = int(value)
+        if value < 0:
+            raise ValueError(f"not an episode id: {value} (an eval worker's idle step has none)")
+        mask = lambda bits: (1 << bits) - 1  # noqa: E731
+        return cls((value >> ROW_SHIFT) & mask(ROW_BITS), (value >> LIFE_SHIFT) & mask(LIFE_BITS),
+                   value & mask(EPISODE_BITS), eval=bool(value & EVAL_BIT))
+
+
+def episode_id(value: int | str) -> str:
+    """The text of an episode id (``batch["topo_episode"]``'s int64 or text): ``w5-r0-e12``."""
+    return str(EpisodeId.of(value))
+
+
+def counts(run_dir: str) -> dict[str, Any]:
+    """What a run directory holds, without parsing it (the report's ``episodes`` section): episodes started,
+    worker lives, whether actions were kept, and the folder."""
+    folder = os.path.join(run_dir, FOLDER)
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    lives = [n for n in names if n.endswith(".jsonl") and not n.startswith("versions.")]
+    started = 0
+    for name in lives:
+        with open(os.path.join(folder, name), "rb") as f:
+            started += sum(chunk.count(b'{"event": "start"') for chunk in iter(lambda: f.read(1 << 20), b""))
+    return {"recorded": started, "worker_lives": len(lives), "actions": any(n.endswith(".steps") for n in names),
+            "folder": folder}
+
+
+def life_file(run_dir: str, life: str, suffix: str = ".jsonl") -> str:
+    return os.path.join(run_dir, FOLDER, life + suffix)
+
+
+def versions_file(run_dir: str, subcollector: int, restart: int) -> str:
+    return os.path.join(run_dir, FOLDER, f"versions.sub{subcollector}.r{restart}.jsonl")
+
+
+@dataclass
+class Episode:
+    """One episode as the run recorded it, with its plan row."""
+
+    id: EpisodeId
+    row: dict[str, Any]  # the plan row (training) or eval row it ran from; {} when the plan does not have it
+    start: dict[str, Any]  # the worker's start record
+    end: dict[str, Any] | None = None  # None: it had not ended when the worker stopped
+    versions: dict[int | None, int] = field(default_factory=dict)  # policy version -> steps it acted (None: none)
+    folder: str = ""  # the episodes folder holding its records (a training run's eval episodes: its eval run's)
+    chunks: list = field(default_factory=list)  # (offset, length) of its recorded steps in the life's .steps file
+
+    @property
+    def planned(self) -> dict[str, Any] | None:
+        """An eval episode's entry in its row's schedule (task, init state, trial, seed); None for training."""
+        number = self.start.get("eval_episode")  # the plan's episode number, as the eval worker stamps it
+        if not self.id.eval or number is None:
+            return None
+        return next((e for e in self.row.get("episodes") or [] if e.get("episode") == number), None)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON: what ``topo runs show`` lists."""
+        row, end = self.row, self.end or {}
+        planned = self.planned or {}
+        return {"id": str(self.id), "eval": self.id.eval, "subcollector": row.get("subcollector"),
+                "worker": row.get("index"), "global_index": self.id.row, "restart": self.id.restart,
+                "episode": self.id.episode, "task_id": planned.get("task_id", row.get("task_id")),
+                "instruction": self.start.get("instruction", row.get("instruction")),
+                "group": row.get("group"), "group_id": self.start.get("group_id"),
+                "init_state": self.start.get("init_state"), "seed": planned.get("seed", self.start.get("seed")),
+                "eval_round": self.start.get("eval_round"), "eval_episode": self.start.get("eval_episode"),
+                "started": self.start.get("time"), "return": end.get("return"), "success": end.get("success"),
+                # no end record: it runs, or its worker stopped mid-episode; its steps so far, from the batches
+                "steps": end["steps"] if self.end else sum(self.versions.values()) or None,
+                "ended": end["how"] if self.end else "open",
+                "policy_versions": sorted((v for v in self.versions if v is not None)),
+                "recorded_actions": bool(self.chunks)}
+
+
+class Episodes:
+    """The episodes of a run, read once when made: ``run`` is its run directory (``topo-run-*``) or the report
+    directory holding it (:func:`find_run`); a training run's evaluations (its eval run, under
+    ``eval/collector/``) are read with it. Iterate it, :meth:`get` one by id, :meth:`select` by filters."""
+
+    def __init__(self, run: str | os.PathLike[str]):
+        self.run_dir = find_run(os.fspath(run))
+        self.plan = _plan(self.run_dir)
+        self.blobs: dict[str, str] = {}
+        self._episodes: dict[EpisodeId, Episode] = {}
+        evaluations = os.path.join(self.run_dir, "eval", "collector")
+        folders = [os.path.join(self.run_dir, FOLDER)] + sorted(
+            os.path.join(evaluations, name, FOLDER) for name in (os.listdir(evaluations) if os.path.isdir(evaluations)
+                                                                 else []) if name.startswith("topo-run-"))
+        for folder in folders:
+            names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+            for name in names:
+                if name.endswith(".jsonl") and not name.startswith("versions."):
+                    self._read_life(os.path.join(folder, name))
+            for name in names:
+                if name.startswith("versions."):
+                    self._read_versions(os.path.join(folder, name))
+
+    def __iter__(self) -> Iterator[Episode]:
+        return iter(sorted(self._episodes.values(), key=lambda e: (e.id.eval, e.start.get("time") or 0.0, int(e.id))))
+
+    def __len__(self) -> int:
+        return len(self._episodes)
+
+    def get(self, value: int | str | EpisodeId) -> Episode:
+        """The episode of an id; KeyError naming the run directory when it has none."""
+        key = EpisodeId.of(value)
+        if key not in self._episodes:
+            raise KeyError(f"run {self.run_dir} recorded no episode {key}")
+        return self._episodes[key]
+
+    def steps(self, value: int | str | EpisodeId) -> dict[str, Any]:
+        """An episode's recorded steps (``launch.record_actions``): numpy arrays ``action.<key>`` ``[T, ...]``,
+        ``rewards`` ``[T]`` and ``digests`` ``[T + 1]`` (the reset's, then each step's). An episode cut short (its
+        worker killed) has the steps written before. ``LookupError`` saying why when there are none. Imports numpy."""
+        episode = self.get(value)
+        if not episode.chunks:
+            raise LookupError(f"episode {episode.id} has no recorded steps: the run recorded no actions: set "
+                              "launch.record_actions: true in the spec")
+        blobs = []
+        with open(os.path.join(episode.folder, episode.id.life + ".steps"), "rb") as f:
+            for offset, length in episode.chunks:
+                f.seek(offset)
+                blobs.append(f.read(length))
+        return joined(blobs)
+
+    def select(self, *, task: int | None = None, worker: int | None = None, subcollector: int | None = None,
+               version: int | None = None, min_return: float | None = None, max_return: float | None = None,
+               success: bool | None = None, eval: bool | None = None) -> list[Episode]:
+        """The episodes matching every filter given (``worker``: a plan row's global index)."""
+        out = []
+        for e in self:
+            s = e.summary()
+            ret = s["return"]
+            if ((task is not None and s["task_id"] != task) or (worker is not None and e.id.row != worker)
+                    or (subcollector is not None and s["subcollector"] != subcollector)
+                    or (version is not None and version not in e.versions)
+                    or (min_return is not None and (ret is None or ret < min_return))
+                    or (max_return is not None and (ret is None or ret > max_return))
+                    or (success is not None and s["success"] is not success)
+                    or (eval is not None and e.id.eval is not eval)):
+                continue
+            out.append(e)
+        return out
+
+    def _read_life(self, path: str) -> None:
+        for record in _lines(path):
+            self.blobs.update(record.get("blobs") or {})
+            key = EpisodeId.of(record["id"])
+            event = record.get("event")
+            if event == "start":
+                self._episodes[key] = Episode(key, self._row(key), record, folder=os.path.dirname(path))
+            elif key in self._episodes and event == "steps":
+                self._episodes[key].chunks.append(record["at"])
+            elif key in self._episodes:
+                self._episodes[key].end = record
+
+    def _read_versions(self, path: str) -> None:
+        for record in _lines(path):
+            for value, version, steps in record.get("pairs", []):
+                episode = self._episodes.get(EpisodeId.of(value))
+                if episode is not None:
+                    episode.versions[version] = episode.versions.get(version, 0) + steps
+
+    def _row(self, key: EpisodeId) -> dict[str, Any]:
+        if self.plan is None:
+            return {}
+        # an eval run's own plan has its eval rows as subcollectors; a training plan has them under "eval"
+        subs = self.plan["subcollectors"]
+        if key.eval and self.plan.get("eval"):
+            subs = self.plan["eval"]["subcollectors"]
+        rows = [row for sub in subs for row in sub["workers"]]
+        return next((row for row in rows if row.get("global_index") == key.row), {})
+
+
+def joined(blobs: list[bytes]) -> dict[str, Any]:
+    """Chunks of recorded steps (``.npz`` blobs, in order) as one episode's arrays. Imports numpy."""
+    import io
+
+    import numpy as np
+
+    parts: dict[str, list] = {}
+    for blob in blobs:
+        with np.load(io.BytesIO(blob)) as data:
+            for key in data.files:
+                parts.setdefault(key, []).append(data[key])
+    return {key: np.concatenate(values) for key, values in parts.items()}
+
+
+def _plan(run_dir: str) -> dict[str, Any] | None:
+    """The plan a run directory's ``launch.json`` holds (None: not a topo run directory)."""
+    try:
+        with open(os.path.join(run_dir, "launch.json")) as f:
+            return json.load(f).get("plan")
+    except (OSError, ValueError):
+        return None
+
+
+def _lines(path: str) -> Iterator[dict[str, Any]]:
+    """The JSON records of a ``.jsonl`` file; a last line cut short by a killed worker is skipped."""
+    with open(path) as f:
+        for line in f:
+            try:
+                yield json.loads(line)
+            except ValueError:
+                continue
+
+
+def find_run(path: str) -> str:
+    """The run directory ``path`` names: a run directory itself (it holds ``launch.json``), or a report
+    directory (``--report``) holding one or more: the latest. ``FileNotFoundError`` says what was looked for."""
+    path = os.fspath(path)
+    if os.path.isfile(os.path.join(path, "launch.json")):
+        return path
+    runs = sorted((os.path.join(path, name) for name in (os.listdir(path) if os.path.isdir(path) else [])
+                   if name.startswith("topo-run-") and os.path.isfile(os.path.join(path, name, "launch.json"))),
+                  key=os.path.getmtime)
+    if not runs:
+        raise FileNotFoundError(f"{path} is not a topo run directory (no launch.json) and holds none (topo-run-*): "
+                                "keep a run with `topo launch --report DIR` or topo.collector(report_dir=DIR)")
+    return runs[-1]

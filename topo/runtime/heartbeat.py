@@ -1,0 +1,243 @@
+"""Step heartbeats: which env step each worker is in, whether its subcollector owes a batch, and how
+much memory each worker holds.
+
+Each subcollector creates ``beats/sub{c}.r{k}.bin`` (``k``: its restart number) before its env workers
+start: one slot per process (:data:`SLOT`). Slot 0 is the subcollector's: when a batch was last asked of
+it (by the trainer) or its rollout started (by itself), when its last batch was out. Slot ``1 + w`` is
+worker ``w``'s: when its current env step or reset started, when its last one ended. A stamp is an
+8-byte store into a shared mapping, no system call: it costs nothing next to an env step. The monitor
+reads the file (:func:`read`) to find a step that never returns, or a subcollector that collects without
+stepping (:func:`topo.launch.supervision.failure.hung`).
+
+A worker's slot also holds its resident memory (:func:`resident`: VmRSS and VmHWM, the peak, from
+``/proc/self/status``), its pid and when they were read: after its env is built, at the end of a step or
+reset at most every :data:`MEMORY_EVERY_S` seconds (one read of a small file, ~20 us: nothing next to
+a second of steps), and when its env is closed (the peak is then the worker's whole life). The trainer
+reads them with :func:`memory`.
+
+It holds how the worker's steps go too (:func:`health`), for health budgets (``launch.recycle``): steps
+since its env was built, an exponentially weighted mean of their durations (:data:`EWMA_ALPHA`; a sample
+counts at most :data:`EWMA_CLIP` times the mean, so that one descheduling does not look like a slowdown),
+its baseline (the mean of its first :data:`BASELINE_STEPS` steps), and its resets (episodes begun): a few
+8-byte stores after each step, no system call. Imports neither torch nor torchrl.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from topo.runtime.rundir import RunDir, restart_number
+
+#: (started, ended, memory read at, pid, rss bytes, peak rss bytes, steps, step mean s, baseline s, resets)
+SLOT = struct.Struct("=dddqqqqddq")
+MEMORY = struct.Struct("=dqqq")  # the memory part of a slot, at offset 16
+STEPS = struct.Struct("=qdd")  # steps, their weighted mean duration, the baseline: at offset 48
+RESETS = struct.Struct("=q")  # at offset 72
+MEMORY_EVERY_S = 1.0  # a worker reads its memory at most this often while it steps
+BASELINE_STEPS = 50  # a worker's baseline step duration: the mean of its first steps
+EWMA_ALPHA = 0.05  # weight of the latest step in the mean (about the last 40 steps)
+EWMA_CLIP = 4.0  # a step counts at most this many times the mean
+_mine: dict[str, Any] = {}  # in a subcollector process: its own stamp, and its pid
+
+
+@dataclass(frozen=True)
+class Memory:
+    """One worker's resident memory as it last read it: ``rss`` now, ``peak`` (its high-water mark), in bytes."""
+
+    pid: int
+    rss: int
+    peak: int
+    at: float  # time.time() of the reading
+
+    @property
+    def rss_mb(self) -> float:
+        return round(self.rss / 2**20, 1)
+
+    @property
+    def peak_rss_mb(self) -> float:
+        return round(self.peak / 2**20, 1)
+
+
+@dataclass(frozen=True)
+class Health:
+    """One worker's figures for health budgets: memory as last read, its steps' durations (seconds), resets."""
+
+    pid: int
+    rss: int  # bytes; 0: not read yet
+    steps: int
+    latency: float  # the weighted mean of its steps' durations
+    baseline: float | None  # the mean of its first BASELINE_STEPS steps (None until it ran them)
+    resets: int  # episodes begun
+
+    @property
+    def drift(self) -> float | None:
+        """Its steps' mean duration now over its baseline (None before the baseline, or a zero one)."""
+        return self.latency / self.baseline if self.baseline else None
+
+
+def resident(status: str = "/proc/self/status") -> tuple[int, int] | None:
+    """(VmRSS, VmHWM) of this process in bytes; None where the kernel shows neither (not Linux)."""
+    try:
+        with open(status, "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    found = {}
+    for line in text.splitlines():
+        if line.startswith((b"VmRSS:", b"VmHWM:")):
+            found[line[:5]] = int(line.split()[1]) * 1024  # in kB
+    return (found[b"VmRSS"], found[b"VmHWM"]) if len(found) == 2 else None
+
+
+def path(run_dir: str, subcollector: int, restart: int) -> str:
+    return os.path.join(run_dir, "beats", f"sub{subcollector}.r{restart}.bin")
+
+
+class Stamp:
+    """One slot of a beats file, mapped in this process; ``memory``: its ends also record this process's
+    memory (at most every :data:`MEMORY_EVERY_S`)."""
+
+    def __init__(self, file: str, slot: int, memory: bool = False):
+        with open(file, "r+b") as f:
+            self._map = mmap.mmap(f.fileno(), 0)
+        self._at = slot * SLOT.size
+        self.records_memory = memory
+        self._next_memory = 0.0 if memory else float("inf")
+        self._started = self._mean = self._baseline = 0.0
+        self._steps = self._resets = 0
+
+    def start(self) -> None:
+        self._started = time.time()
+        struct.pack_into("=d", self._map, self._at, self._started)
+
+    def end(self) -> float:
+        now = time.time()
+        struct.pack_into("=d", self._map, self._at + 8, now)
+        if now >= self._next_memory:
+            self.memory(now)
+        return now
+
+    def end_step(self) -> None:
+        """:meth:`end` of an env step: its count, the weighted mean and (over the first steps) the baseline."""
+        seconds = self.end() - self._started
+        self._steps += 1
+        if self._steps <= BASELINE_STEPS:
+            self._baseline += (seconds - self._baseline) / self._steps
+            self._mean = self._baseline
+        else:
+            self._mean += EWMA_ALPHA * (min(seconds, EWMA_CLIP * self._mean) - self._mean)
+        STEPS.pack_into(self._map, self._at + 48, self._steps, self._mean, self._baseline)
+
+    def end_reset(self) -> None:
+        """:meth:`end` of a reset: one more episode begun."""
+        self.end()
+        self._resets += 1
+        RESETS.pack_into(self._map, self._at + 72, self._resets)
+
+    def memory(self, now: float | None = None) -> None:
+        """Record this process's memory now (and not again before :data:`MEMORY_EVERY_S`)."""
+        now = time.time() if now is None else now
+        self._next_memory = now + MEMORY_EVERY_S
+        found = resident()
+        if found is not None:
+            MEMORY.pack_into(self._map, self._at + 16, now, os.getpid(), *found)
+
+
+def open_subcollector(run: RunDir, index: int, workers: int) -> None:
+    """In a subcollector, before its workers start: a zeroed beats file (replacing none: one per restart)."""
+    file = path(run.path, index, restart_number())
+    os.makedirs(os.path.dirname(file), exist_ok=True)
+    tmp = f"{file}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(bytes(SLOT.size * (1 + workers)))
+    os.replace(tmp, file)
+    _mine.update(stamp=Stamp(file, 0), pid=os.getpid())
+
+
+def asker(run_dir: str, subcollector: int, restart: int) -> Stamp | None:
+    """In the trainer: slot 0 of a subcollector's beats file, stamped when a batch is asked of it."""
+    file = path(run_dir, subcollector, restart)
+    return Stamp(file, 0) if os.path.exists(file) else None
+
+
+def collecting() -> None:
+    """The subcollector starts a rollout (torchrl's ``pre_collect_hook``)."""
+    if "stamp" in _mine:
+        _mine["stamp"].start()
+
+
+def delivered() -> None:
+    """The subcollector's batch is out (its ``post_collect_hook``)."""
+    if "stamp" in _mine:
+        _mine["stamp"].end()
+
+
+def watch(env: Any, run: RunDir, worker: dict) -> None:
+    """In an env worker: stamp its slot around every ``_step`` and ``_reset``, and its memory now, while it
+    steps and at ``close`` (instance attributes, no subclass). An env its subcollector builds for itself
+    (torchrl's default metadata, topo bench's ``legacy``) stamps no memory: the figures are the worker's."""
+    file = path(run.path, worker.get("subcollector", -1), restart_number())
+    if not os.path.exists(file):  # no beats file for this subcollector
+        return
+    stamp = Stamp(file, 1 + worker["index"], memory=_mine.get("pid") != os.getpid())
+    stamp.end()
+    if stamp.records_memory:
+        close = env.close
+
+        def closing(*args: Any, **kwargs: Any) -> Any:
+            stamp.memory()  # the peak now is the worker's whole life
+            return close(*args, **kwargs)
+
+        env.close = closing
+    env._step = _stamped(stamp, env._step, stamp.end_step)
+    env._reset = _stamped(stamp, env._reset, stamp.end_reset)
+
+
+def _stamped(stamp: Stamp, call: Any, end: Any) -> Any:
+    """``call`` with ``stamp`` started before it and ``end`` (a step's or a reset's) after it, whatever happens."""
+    def stamped(*args: Any, **kwargs: Any) -> Any:
+        stamp.start()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            end()
+
+    return stamped
+
+
+def _slots(run_dir: str, subcollector: int, restart: int) -> list[tuple] | None:
+    try:
+        with open(path(run_dir, subcollector, restart), "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return [SLOT.unpack_from(data, i) for i in range(0, len(data) - SLOT.size + 1, SLOT.size)]
+
+
+def read(run_dir: str, subcollector: int, restart: int) -> list[tuple[float, float]] | None:
+    """Every slot's (started, ended) of a beats file, or None while it does not exist."""
+    slots = _slots(run_dir, subcollector, restart)
+    return None if slots is None else [slot[:2] for slot in slots]
+
+
+def memory(run_dir: str, subcollector: int, restart: int) -> list[Memory | None] | None:
+    """Each worker's latest memory (index ``w`` for worker ``w``; None: not read yet) from a subcollector's
+    beats file, or None while it does not exist. Cheap (one small file read): a trainer may call it often."""
+    slots = _slots(run_dir, subcollector, restart)
+    if slots is None:
+        return None
+    return [Memory(pid, rss, peak, at) if pid else None for _, _, at, pid, rss, peak, *_ in slots[1:]]
+
+
+def health(run_dir: str, subcollector: int, restart: int) -> list[Health | None] | None:
+    """Each worker's :class:`Health` (index ``w`` for worker ``w``; None: its env not built yet) from a
+    subcollector's beats file, or None while it does not exist. One small file read."""
+    slots = _slots(run_dir, subcollector, restart)
+    if slots is None:
+        return None
+    return [Health(pid, rss, steps, mean, baseline if steps >= BASELINE_STEPS else None, resets) if ended else None
+            for _, ended, _, pid, rss, _, steps, mean, baseline, resets in slots[1:]]
