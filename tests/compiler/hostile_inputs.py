@@ -91,7 +91,7 @@ def write_all(folder: Path) -> list[Case]:
     ]
     plan = json.loads(dumps(_toy_plan()))
     with open(folder / "huge_plan.json", "wb") as handle:  # sparse: no disk used
-        handle.write(b'{"format": "topo.compiler.plan/1", "subcollectors": [')
+        handle.write(b'{"format": "topo.plan/1", "subcollectors": [')
         handle.truncate(MAX_PLAN_BYTES + 1024)
     deep = dict(plan, env=dict(plan["env"], kwargs={"x": json.loads("[" * 150 + "]" * 150)}))
     edited = json.loads(json.dumps(plan))
@@ -105,7 +105,7 @@ def write_all(folder: Path) -> list[Case]:
     cases += [
         Case("plan-file-256MiB", ("launch", str(folder / "huge_plan.json")), "plan-too-large",
              f"{count(MAX_PLAN_BYTES + 1024)} bytes (limit {count(MAX_PLAN_BYTES)})"),
-        Case("plan-100000-deep", ("launch", put("deep_plan.json", '{"format": "topo.compiler.plan/1", "x": '
+        Case("plan-100000-deep", ("launch", put("deep_plan.json", '{"format": "topo.plan/1", "x": '
                                                 + "[" * 100_000 + "]" * 100_000 + "}")),
              "plan-too-deep", "past what Python's JSON reader follows"),
         Case("plan-kwargs-150-deep", ("launch", put("deep_kwargs.json", dumps(deep))), "plan-too-deep",

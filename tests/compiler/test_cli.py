@@ -62,7 +62,7 @@ def test_plan_formats_agree():
     assert as_json.exit_code == as_yaml.exit_code == 0
     plan = json.loads(as_json.stdout)
     assert yaml.safe_load(as_yaml.stdout) == plan
-    assert plan["format"] == "topo.compiler.plan/1"
+    assert plan["format"] == "topo.plan/1"
     assert [r["global_index"] for s in plan["subcollectors"] for r in s["workers"]] == list(range(6))
 
 

@@ -167,7 +167,7 @@ def test_not_json_and_not_a_plan(tmp_path, plan):
 
 def test_other_formats_are_stale(tmp_path, plan):
     with pytest.raises(StalePlanError, match="re-run `topo plan`"):
-        read_plan(saved(tmp_path, {**plan, "format": "topo.compiler.plan/0"}))
+        read_plan(saved(tmp_path, {**plan, "format": "topo.plan/0"}))
     with pytest.raises(StalePlanError, match="topo 99.0.0"):
         read_plan(saved(tmp_path, {**plan, "topo_version": "99.0.0"}))
 

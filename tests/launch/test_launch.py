@@ -3,15 +3,18 @@ instruction / group / seed in every worker, every env closed, no process left, c
 from __future__ import annotations
 
 import json
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 import topo
 from topo.compiler.plan import dumps
 
-from tests.launch.launch_helpers import (LAUNCH_LIMITS, alive, assert_clean_launch, assert_first_batch_matches, launch,
-                                        started_pids, subprocess_env, summary, toy_spec, user_spec, write)
+from tests.launch.launch_helpers import (HANG_GUARD_S, LAUNCH_LIMITS, alive, assert_clean_launch,
+                                        assert_first_batch_matches, command, launch, started_pids, subprocess_env,
+                                        summary, toy_spec, user_spec, write)
 
 GYM_2X3 = {
     "version": 1,
@@ -62,6 +65,24 @@ def test_a_saved_plan_of_one_forkserver_subcollector_keeps_its_env_in_a_worker(t
     s = assert_clean_launch(report, plan, t_end)  # the env is not in the subcollector (no SerialEnv)
     assert_first_batch_matches(s, plan)
     assert s["processes"]["subcollector_start_methods"] == ["forkserver"]  # the plan's, not torchrl's spawn
+
+
+@pytest.mark.slow
+def test_a_plan_saved_before_the_house_moved_still_launches(tmp_path):
+    """tests/launch/plans/before-house.plan.json was written by `topo plan` at commit cd52f5a, before topo's modules
+    moved into compiler/, runtime/ and launch/'s folders: what it names (topo.worker, topo.envs.toy:build) still
+    imports, and it runs as it is (its spec is not beside it: not checked against it, and said so)."""
+    saved = Path(__file__).parent / "plans" / "before-house.plan.json"
+    report = tmp_path / "report"
+    result = subprocess.run(command(saved, "--report", report, "--quiet"), env=subprocess_env(), capture_output=True,
+                            text=True, timeout=HANG_GUARD_S, cwd=tmp_path)
+    t_end = time.time()
+    assert result.returncode == 0, result.stderr
+    assert "was not checked against it" in result.stderr
+    plan = json.loads(saved.read_text())
+    assert plan["launch"]["preload"] == ["torch", "torchrl.envs", "topo.worker", "topo.envs.toy"]  # the forkserver's
+    s = assert_clean_launch(report, plan, t_end)
+    assert_first_batch_matches(s, plan)
 
 
 @pytest.mark.slow
@@ -130,7 +151,7 @@ def test_stale_plans_are_refused(tmp_path):
         assert "plan is stale" in result.stderr and "Traceback" not in result.stderr
 
     other = tmp_path / "old_format.json"
-    other.write_text(json.dumps({**plan, "format": "topo.compiler.plan/0"}))
+    other.write_text(json.dumps({**plan, "format": "topo.plan/0"}))
     result = launch(other)
     assert result.returncode == 2 and "re-run `topo plan`" in result.stderr
 

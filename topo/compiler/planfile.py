@@ -23,10 +23,10 @@ from topo.diagnostics import Diagnostic, error, format_path, warning
 from topo.errors import SpecError, StalePlanError
 from topo.compiler.limits import MAX_PLAN_BYTES, MAX_PLAN_DEPTH, MAX_SPEC_BYTES, count
 
-FORMAT = "topo.compiler.plan/1"
+FORMAT = "topo.plan/1"
 SCHEMA_FILE = "topo-plan.schema.json"
 MAX_REPORTED = 20  # problems listed one by one; the rest are counted
-_HEAD = 4096  # bytes read first: enough for "format": "topo.compiler.plan/1", which seal() writes at the top
+_HEAD = 4096  # bytes read first: enough for "format": "topo.plan/1", which seal() writes at the top
 REWRITE_HINT = "re-run `topo plan -o` from the spec: topo writes plans, people read them"
 EDITED_HINT = "re-run `topo plan -o` from the spec; to run the plan as it is, pass --allow-edited-plan " \
               "(allow_edited=True in Python)"
@@ -68,7 +68,7 @@ def read(path: str) -> dict | None:
             head = handle.read(_HEAD)
             if not head.lstrip().startswith(b"{"):
                 return None
-            fail = functools.partial(_fail, path) if b'"topo.compiler.plan/' in head else None
+            fail = functools.partial(_fail, path) if b'"topo.plan/' in head else None
             limit = MAX_PLAN_BYTES if fail else MAX_SPEC_BYTES  # JSON that does not look like a plan may be a spec
             size = os.fstat(handle.fileno()).st_size  # 0 for a pipe: then the bounded read below decides
             data = b"" if size > limit else head + handle.read(limit + 1 - len(head))
@@ -92,7 +92,7 @@ def read(path: str) -> dict | None:
             return None
         where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
         fail("plan-syntax", f"not valid JSON{where}: {getattr(exc, 'msg', exc)}", REWRITE_HINT)
-    if isinstance(plan, dict) and str(plan.get("format", "")).startswith("topo.compiler.plan/"):
+    if isinstance(plan, dict) and str(plan.get("format", "")).startswith("topo.plan/"):
         return plan
     return None
 
