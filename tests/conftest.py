@@ -31,6 +31,7 @@ FAST = (
     "tests/compiler/",
     "tests/launch/test_launch_units.py",
     "tests/launch/test_recovery_units.py",
+    "tests/launch/test_supervision_units.py",
     "tests/launch/test_recycle_units.py",
     "tests/launch/test_boundary.py",
     "tests/launch/test_evaluation_units.py",

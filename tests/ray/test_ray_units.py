@@ -2,6 +2,7 @@
 directory, the per-node run directory's place and the ``placement.run_dir`` field."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -168,7 +169,8 @@ def test_what_ray_raises_is_named_as_the_worker_the_actor_or_the_node_it_was(tmp
     path.write_text(yaml.safe_dump(toy_ray_spec("127.0.0.1:1")))
     compiled = topo.compile_spec(str(path))
     topology = ray_collector.RayTopology(SimpleNamespace(remote_collectors=[]), compiled)
-    topology.recovery = SimpleNamespace(state=RunState(compiled, RunDir(str(tmp_path)), 0.0))
+    state = RunState(compiled, RunDir(str(tmp_path)), 0.0)
+    topology.recovery = SimpleNamespace(blame=lambda build: build(state))
     topology.actor_placement = [{"actual": actor("b", {})}, {"actual": actor("b", {})}]
     died = exceptions.RayTaskError("next", "trace", EnvWorkersDied.of([(1, 4242, -9)], "EOFError: ", {}))
     found = topology._failure(1, died)
@@ -299,6 +301,7 @@ def test_a_restarted_actor_leaves_its_records_pulled_and_gets_the_eval_round_in_
 
     from tests.ray.test_ray_launch import toy_ray_spec
     from topo.launch.ray import engine as ray_collector
+    from topo.launch.supervision.port import Restarting
 
     class Actor:
         def __init__(self, name):
@@ -313,8 +316,9 @@ def test_a_restarted_actor_leaves_its_records_pulled_and_gets_the_eval_round_in_
     replaced = []
     collector = SimpleNamespace(remote_collectors=old, replace=lambda c, factory, restart, policy: replaced.append(c) or new)
     topology = ray_collector.RayTopology(collector, compiled)
-    topology.recovery = SimpleNamespace(restarting=lambda c: (1, compiled["subcollectors"][c]["workers"]),
-                                        restart_policy=lambda c: None, instantiated=lambda c: None)
+    topology.recovery = SimpleNamespace(
+        begin=lambda c: Restarting(1, compiled["subcollectors"][c]["workers"], None, contextlib.nullcontext()),
+        instantiated=lambda c: None)
     topology.puller = SimpleNamespace(replace=lambda was, now, node: replaced.append((was.name, now.name, node)),
                                       pull=lambda timeout: replaced.append("pulled"))
     monkeypatch.setattr(ray_collector, "_end", lambda actor: replaced.append(f"ended {actor.name}"))

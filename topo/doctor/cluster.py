@@ -19,8 +19,7 @@ import click
 from topo.checks import FAIL, OK, Check
 from topo.doctor.host import _available_gb, _backend, check_lines, estimate_memory, host_checks, summary, worker_gb
 from topo.errors import LaunchError
-from topo.launch.ray.engine import HINT, check_reachable, runtime_env
-from topo.launch.ray.placement import custom_resources, holds, reason
+from topo.launch.ray import HINT, check_reachable, custom_resources, holds, reason, runtime_env
 
 #: the doctor's tasks see the node's GPUs: Ray hides them from a task that asks for none (CUDA_VISIBLE_DEVICES="")
 NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"

@@ -45,9 +45,9 @@ def engine_for(plan: dict[str, Any], *, restarts: bool = True) -> Engine:
     """The engine the plan's ``placement.engine`` names; ``restarts``: whether the installed torchrl allows
     restarting a subcollector in place (:mod:`.boundary`)."""
     if engine(plan) == "ray":
-        from topo.launch.ray.engine import RayEngine
+        from topo.launch.ray import RayEngine
 
         return RayEngine(restarts=restarts)
-    from topo.launch.local.engine import LocalEngine
+    from topo.launch.local import LocalEngine
 
     return LocalEngine(restarts=restarts)

@@ -7,7 +7,7 @@ Two placements (the spec's ``policy.placement``):
   weight-sync scheme (``shared_mem`` or ``multiprocess``); the trainer's policy is given to the
   collector as ``policy=`` so that no scheme ever calls the factory in the trainer.
 - ``server``: one torchrl inference server builds the policy on its device: a ``ProcessInferenceServer`` on
-  this machine, or under Ray an actor placed by the plan's ``placement.server`` (:mod:`.ray_server`); each
+  this machine, or under Ray an actor placed by the plan's ``placement.server`` (:mod:`topo.launch.ray.server`); each
   subcollector gets a ``PolicyClientModule`` over its own client; weights go to the server. The server
   stamps ``policy_version`` itself. A request carries the policy's in_keys only and a reply its out_keys
   only: locally each tensor crosses in shared memory of its own (``benchmarks/server_cost.py``).
@@ -30,9 +30,9 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
 from topo.errors import UsageError
+from topo.launch.ray import RayServer, here, start_server
 from topo.runtime.rundir import RunDir, record
 from topo.worker import import_builder
-from topo.launch.ray import server as ray_server
 
 PLACEMENTS = ("subcollector", "server")
 WEIGHT_SYNC = ("shared_mem", "multiprocess")
@@ -128,7 +128,7 @@ def _requests(client_, args):
 def in_server(factory: str | Callable, kwargs: dict, notes=None):
     """The served policy, built where the server runs: a process of this machine (its own process group: a
     Ctrl-C is the trainer's), or a Ray actor whose records go to the trainer through ``notes``, a Ray queue
-    (its node may share no filesystem with the trainer: :mod:`.ray_server`)."""
+    (its node may share no filesystem with the trainer: :mod:`topo.launch.ray.server`)."""
     if notes is None:
         os.setpgid(0, 0)
     note = _server_notes(notes)
@@ -145,8 +145,6 @@ def in_server(factory: str | Callable, kwargs: dict, notes=None):
 def _server_notes(notes) -> Callable[..., None]:
     """How the server records a marker: into the run directory, or onto the trainer's queue (a Ray actor)."""
     if notes is not None:
-        from topo.launch.ray.placement import here
-
         return lambda name, **fields: notes.put(record(name, **fields, actor=here()))
     run = RunDir.current()
     return run.marker if run is not None else lambda name, **fields: None
@@ -206,11 +204,11 @@ class Placement:
                      on_death: Callable | None = None) -> None:
         """``placement: server``: the inference server, built and ready (its factory ran where it runs): a process
         of this machine, or with ``actor`` (the plan's ``placement.server``) a Ray actor whose death is handed
-        to ``on_death`` while the run collects (:mod:`.ray_server`)."""
+        to ``on_death`` while the run collects (:mod:`topo.launch.ray.server`)."""
         if self.setup.placement != "server":
             return
         if actor is not None:
-            self.server = ray_server.start(functools.partial(in_server, self.setup.factory, self.setup.kwargs),
+            self.server = start_server(functools.partial(in_server, self.setup.factory, self.setup.kwargs),
                                            self.setup.device, actor, startup_timeout, run, on_death)
             self.server.verify()
             self._new_client = self.server.client
@@ -315,7 +313,7 @@ class Placement:
         if self.weight_sync and self.setup.placement == "subcollector":
             out["weight_sync"] = self.weight_sync
         ups = self.updates
-        if isinstance(self.server, ray_server.RayServer):
+        if isinstance(self.server, RayServer):
             out["server"] = self.server.placement  # the actor's planned and actual node
         out.update(trainer_policy=self.trainer_policy is not None, updates=len(ups),
                    update_s=None if not ups else {"min": round(min(ups), 4), "mean": round(sum(ups) / len(ups), 4),

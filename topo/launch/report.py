@@ -13,7 +13,7 @@ from typing import Any
 from topo.errors import TopoError
 from topo.runtime import episodes
 from topo.launch import observe
-from topo.launch.ray import placement as ray_placement
+from topo.launch.ray import describe_placement
 from topo.launch.supervision.state import RunState
 from topo.launch.supervision.teardown import Record
 
@@ -52,6 +52,17 @@ class Report:
     @classmethod
     def of(cls, outcome: Outcome) -> Report:
         return cls(summary(outcome))
+
+    @classmethod
+    def of_run(cls, run: Any) -> Report:
+        """The report of a :class:`~topo.launch.run.Run` that ended: what its records, teardown and parts saw."""
+        life, wiring = run.life, run.wiring
+        return cls.of(Outcome(
+            run.state, life.error, run.options.command or {"argv": list(sys.argv), "cwd": os.getcwd()},
+            wiring.engine.name, life.startup_timeout, life.shutdown_budget, life.max_concurrent_starts, life.ready_at,
+            life.down, life.monitor.peak, life.monitor.seen, wiring.placement.describe() if wiring.placement else None,
+            wiring.torchrl.to_dict(wiring.features), run.extra, evaluation=run.eval.describe() if run.eval else None,
+            memory=run.state.memory(), actors=getattr(run.collector, "actor_placement", None)))
 
     @property
     def ok(self) -> bool:
@@ -394,7 +405,7 @@ def human(s: dict) -> str:
     lines += _evaluation(s.get("evaluation"))
     if s.get("actors"):
         lines.append("  actors, planned -> actual:")
-        lines += ray_placement.describe(s["actors"] + ([s["policy"]["server"]] if (s.get("policy") or {}).get("server")
+        lines += describe_placement(s["actors"] + ([s["policy"]["server"]] if (s.get("policy") or {}).get("server")
                                                        else []))
     checks = Counter(entry["status"] for entry in s["first_batch"])
     lines.append("  first batch vs plan: " + ", ".join(f"{n} {status}" for status, n in sorted(checks.items()))

@@ -4,8 +4,8 @@
 their iterators, shutdown and weight sync are torchrl's). It changes what torchrl sees of its
 subcollectors, not what torchrl does with them:
 
-- ``procs[c]`` answers ``is_alive()`` by asking its :class:`Supervisor` (the run's
-  :class:`~topo.launch.supervision.recovery.Recovery`):
+- ``procs[c]`` answers ``is_alive()`` by asking the run's restart port
+  (:class:`~topo.launch.supervision.port.RestartPort`):
   torchrl asks before each batch and every second it waits. The run's failure is raised there; a
   subcollector the monitor decided to restart is started again there, with the arguments torchrl gave
   its first process (captured when torchrl made it) but a new pipe, its restart's env factory (same
@@ -35,63 +35,25 @@ import os
 import queue as queues
 import warnings
 from multiprocessing import connection
-from typing import Any, Callable, ContextManager, Protocol
+from typing import Any, Callable
 
 from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector
 
 from topo.launch import boundary
+from topo.launch.supervision.port import RestartPort
 
 ACK_POLL_S = 0.05
 
 
-class Restarting(Protocol):
-    """A restart about to begin (:class:`~topo.launch.supervision.recovery.Start`)."""
-
-    restart: int
-    env_factory: Callable
-    policy_factory: Callable | None
-    window: ContextManager
-
-
-class Supervisor(Protocol):
-    """What the collector asks of the run about its subcollectors (the run decides; the collector acts)."""
-
-    @property
-    def bell(self) -> int:
-        """A file descriptor, readable when a verdict was reached: the collector stops waiting and checks."""
-
-    def tick(self) -> None:
-        """Raise the run's failure, if any; end retired processes whose grace passed."""
-
-    def lost(self, c: int) -> bool:
-        """Subcollector ``c`` must be started again."""
-
-    def settle(self, c: int, pid: int | None, exitcode: int | None) -> None:
-        """Subcollector ``c``'s process ended: return once a restart is decided, raise otherwise."""
-
-    def begin(self, c: int, old: Any) -> Restarting:
-        """Retire process ``old`` of subcollector ``c``; what its restart starts with."""
-
-    def poll_ready(self, c: int, restart: int, pipe: Any, proc: Any) -> str:
-        """``"ready"``, ``"waiting"`` or ``"lost"`` for a restart that starts."""
-
-    def asked(self, c: int) -> None:
-        """Subcollector ``c`` was asked for a batch."""
-
-    def between_batches(self) -> None:
-        """The trainer asked for the next batch (health budgets: a subcollector may be rebuilt)."""
-
-    def abandon(self, c: int, proc: Any) -> None:
-        """The collector shuts down while subcollector ``c``'s restart (process ``proc``) starts."""
-
-    def current_weights(self) -> Any:
-        """The weights a restarted subcollector's policy starts from (None: its factory's)."""
-
-
 class Respawning:
-    """Mixin: ``class X(Respawning, MultiSyncCollector)``. ``recovery`` is set once the collector is built."""
+    """Mixin: ``class X(Respawning, MultiSyncCollector)``; restarts work once :meth:`supervise` was called."""
 
-    recovery: Supervisor | None = None  # None until the run hands it over (then restarts work)
+    recovery: RestartPort | None = None
+    env_factory: Callable[[int, list[dict]], Callable] | None = None  # (c, rows) -> a restart's env factory
+
+    def supervise(self, port: RestartPort, env_factory: Callable[[int, list[dict]], Callable]) -> None:
+        """From now on the run's ``port`` decides restarts; ``env_factory(c, rows)`` builds a restart's env factory."""
+        self.recovery, self.env_factory = port, env_factory
 
     def _run_processes(self) -> None:
         """torchrl's, recording how it made each subcollector process (Python forgets a started process's arguments)."""
@@ -145,7 +107,7 @@ class Respawning:
         parent, child = ctx.Pipe()
         out = ctx.Queue(self._queue_len)
         kwargs = {**made["kwargs"], "pipe_child": child, "queue_out": out,
-                  "create_env_fn": boundary.pickled(start.env_factory)}
+                  "create_env_fn": boundary.pickled(self.env_factory(c, start.rows))}
         if start.policy_factory is not None:
             kwargs["policy_factory"] = boundary.pickled(start.policy_factory)
         scheme = (kwargs.get("weight_sync_schemes") or {}).get("policy")

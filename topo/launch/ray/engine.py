@@ -1,7 +1,7 @@
 """The Ray engine: torchrl's ``RayCollector``, one remote collector (a Ray actor) per subcollector.
 
 Each actor runs a single ``Collector`` over the same worker-metadata ``ParallelEnv`` a local
-subcollector builds (:func:`topo.launch.local.engine.subcollector_env`): the actor builds no env, its env
+subcollector builds (:func:`topo.launch.subcollector.subcollector_env`): the actor builds no env, its env
 workers are processes it spawns. :meth:`RayEngine.check` imports no torch (the CLI runs it before
 anything starts); :meth:`RayEngine.build` and :meth:`RayEngine.shutdown` run in the trainer.
 """
@@ -176,20 +176,23 @@ class RayTopology:
         lost, or its actor dead."""
         from topo.launch.ray.node import EnvWorkersDied
 
-        now, state = time.time(), self.recovery.state
+        now, blame = time.time(), self.recovery.blame
         node = self._node(c)
         cause = getattr(err, "cause", None)
         if isinstance(cause, EnvWorkersDied):
             index, pid, exitcode = next((d for d in cause.dead if d[0] in cause.hung), cause.dead[0])
-            return failures.remote_worker_died(state, c, index, pid, processes.describe_exitcode(exitcode),
-                                               _where(node), node.get("hostname"), now, cause.hung.get(index))
+            return blame(lambda state: failures.remote_worker_died(
+                state, c, index, pid, processes.describe_exitcode(exitcode), _where(node), node.get("hostname"), now,
+                cause.hung.get(index)))
         if node and not _node_alive(node["node_id"]):
             if not _placeable(self.plan, c):
                 return self._lost_node(c, node)
-            return failures.actor_died(state, c, "its node left the cluster (another can hold it)", _where(node), now)
+            return blame(lambda state: failures.actor_died(state, c, "its node left the cluster (another can hold it)",
+                                                           _where(node), now))
         if not isinstance(err, _ray_errors()[0]):  # a RayTaskError: the actor raised, and is alive
-            return failures.actor_failed(state, c, reason(cause or err), str(err).strip() or None, _where(node), now)
-        return failures.actor_died(state, c, reason(err), _where(node), now)
+            return blame(lambda state: failures.actor_failed(state, c, reason(cause or err), str(err).strip() or None,
+                                                             _where(node), now))
+        return blame(lambda state: failures.actor_died(state, c, reason(err), _where(node), now))
 
     def _node(self, c: int) -> dict:
         return ((self.actor_placement or [{}] * len(self.plan_rows))[c].get("actual")) or {}
@@ -201,16 +204,16 @@ class RayTopology:
         import ray
 
         from topo.launch.ray import placement as ray_placement
-        from topo.launch.local.engine import env_factory
+        from topo.launch.subcollector import env_factory
 
         while True:
-            restart, rows = self.recovery.restarting(c)
+            start = self.recovery.begin(c)
             old = self.actors[c]
             if self.puller is not None:  # the new actor may land elsewhere: its node's records so far, through it
                 self.puller.pull(timeout=END_S)
             _end(old)
             # the server's client of the old actor may hold the answer to a request it never read: a new one
-            actor = self.collector.replace(c, env_factory(self.plan, c, rows), restart, self.recovery.restart_policy(c))
+            actor = self.collector.replace(c, env_factory(self.plan, c, start.rows), start.restart, start.policy_factory)
             try:
                 node = self._wait(c, actor.topo_node.remote())
                 if self.scheme is not None:
@@ -223,7 +226,7 @@ class RayTopology:
             totals = {n["NodeID"]: n.get("Resources", {}) for n in ray.nodes()}
             row = ray_placement.compare({"placement": {"subcollectors": [self.plan["placement"]["subcollectors"][c]]}},
                                         [node], totals)[0]
-            self.actor_placement[c] = {**row, "subcollector": c, "restart": restart}
+            self.actor_placement[c] = {**row, "subcollector": c, "restart": start.restart}
             ray_placement.verify([self.actor_placement[c]])
         if self.puller is not None:
             self.puller.replace(old, actor, node["node_id"])
@@ -248,7 +251,7 @@ class RayTopology:
 
     def _lost_node(self, c: int, node: dict) -> failures.Failure:
         held = [i for i, row in enumerate(self.actor_placement or []) if row["actual"]["node_id"] == node["node_id"]]
-        return failures.node_lost(self.recovery.state, c, held or [c], _where(node), time.time())
+        return self.recovery.blame(lambda state: failures.node_lost(state, c, held or [c], _where(node), time.time()))
 
     def lost(self, err: BaseException) -> BaseException:
         """Ray's error for a dead actor as topo's: the subcollector, its node and its plan rows.
@@ -399,7 +402,7 @@ class RayEngine:
         ``policy`` is not passed on: RayCollector would pickle it to the actors instead of calling the
         factory there, and a scheme without a source calls the factory in the trainer.
         """
-        from topo.launch.local.engine import env_factories
+        from topo.launch.subcollector import env_factories
         from topo.launch.ray.node import NodeCollector
         from topo.launch.ray.respawn import RespawningRayCollector
 

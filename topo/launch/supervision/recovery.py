@@ -1,16 +1,16 @@
-"""The trainer's side of a restart: what the respawning collector asks while it starts a subcollector again.
+"""The trainer's side of a restart: :class:`Recovery`, the :class:`~topo.launch.supervision.port.RestartPort`
+every engine asks while it starts a subcollector again.
 
-:class:`Recovery` is the :class:`~.respawn.Supervisor` of the local engine's collector. The monitor's
-thread decides (:meth:`.monitor.Monitor.judge`): a restart (the subcollector is ``pending``) or the
-run's failure. The collector, in the trainer's thread, asks :meth:`~Recovery.tick` and
-:meth:`~Recovery.lost` whenever torchrl checks its processes, and restarts a lost subcollector then:
-:meth:`~Recovery.begin` retires the old start and hands over the new one's factories, and
-:meth:`~Recovery.poll_ready` follows it until it is instantiated. Imports neither torch nor torchrl.
+The monitor's thread decides (:meth:`.monitor.Monitor.judge`): a restart (the subcollector is ``pending``) or
+the run's failure. The engine, in the trainer's thread, asks :meth:`~Recovery.tick` and :meth:`~Recovery.lost`
+whenever it checks its subcollectors, and restarts a lost one then: :meth:`~Recovery.begin` retires the old
+start and hands over the new one's rows, policy factory and window (the engine builds the env from the rows),
+and :meth:`~Recovery.poll_ready` follows a local one until it is instantiated. It imports no engine, and
+neither torch nor torchrl.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, ContextManager
 
 from topo.runtime import heartbeat
@@ -19,6 +19,7 @@ from topo.launch.supervision import failure as failures, processes
 from topo.launch.supervision.delivery import Delivery
 from topo.launch.supervision.failure import Failure
 from topo.launch.supervision.monitor import Monitor
+from topo.launch.supervision.port import Restarting
 from topo.launch.supervision.recycle import Recycle, Recycler
 from topo.launch.supervision.restarts import Restart
 from topo.launch.supervision.state import RunState, Subcollector
@@ -26,16 +27,6 @@ from topo.launch.supervision.teardown import RETIRED_EXIT_S
 
 VERDICT_S = 2.0  # a subcollector process ended: time for the monitor to see why (then the trainer says what it saw)
 POLL_S = 0.1
-
-
-@dataclass
-class Start:
-    """A restart about to begin: its number, its factories (plain data, picklable) and its launch window."""
-
-    restart: int
-    env_factory: Callable
-    policy_factory: Callable | None
-    window: ContextManager
 
 
 class Recovery:
@@ -84,22 +75,23 @@ class Recovery:
         self.judge(index, Failure("subcollector-died", f"subcollector process ended unexpectedly ({how}, pid {pid})",
                                      time.time(), index, pid=pid, how=how, restart=restart))
 
-    def begin(self, index: int, old) -> Start:
-        """Retire the current start of ``index`` (its process ``old``) and hand over its restart."""
-        self._retire(index, old)
-        restart, rows = self.restarting(index)
-        from topo.launch.local.engine import env_factory
-
-        return Start(restart, env_factory(self.state.plan, index, rows), self.restart_policy(index), self.window(restart))
-
-    def restarting(self, index: int) -> tuple[int, list[dict]]:
-        """The decided restart of ``index`` begins (its engine ended the old start): its number and plan rows."""
+    def begin(self, index: int, old: Any = None) -> Restarting:
+        """The decided restart of ``index`` begins: its previous process ``old`` retired (None: its engine ended
+        it), its number, plan rows, policy factory and launch window handed over."""
+        if old is not None:
+            self._retire(index, old)
         with self.monitor.lock:
             sub = self.state.subcollectors[index]
             sub.pending, sub.began = False, time.time()
             self._record(index, sub).began_at = sub.began
             rows = [self.state.workers[(index, row["index"])].row for row in self.state.plan["subcollectors"][index]["workers"]]
-            return sub.restart, rows
+            restart = sub.restart
+        return Restarting(restart, rows, self.restart_policy(index), self.window(restart))
+
+    def blame(self, build: Callable[[RunState], Failure]) -> Failure:
+        """``build(state)``, under the monitor's lock: a failure named from the run's records."""
+        with self.monitor.lock:
+            return build(self.state)
 
     def instantiated(self, index: int) -> None:
         """The restart of ``index`` collects: its envs are built, its policy has the weights."""

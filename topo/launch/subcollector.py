@@ -1,0 +1,68 @@
+"""What every engine builds a subcollector from: one worker-metadata ``ParallelEnv`` over its plan rows.
+
+:func:`env_factory` is made in the trainer (plain data, picklable with any start method) and called where the
+subcollector runs: a local subcollector process or a Ray actor. The parent of a ParallelEnv builds no env:
+workers send their metadata.
+"""
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import os
+from typing import Any
+
+from topo.runtime import heartbeat
+from topo.runtime.rundir import RunDir
+from topo.launch import observe
+
+
+def subcollector_env(index: int, rows: list[dict], start_method: str, launch: dict[str, Any]):
+    """The env of subcollector ``index``: ``ParallelEnv`` over ``topo.worker.make_env``, one row per worker.
+
+    Module-level so that its ``functools.partial`` over plain data pickles with any start method.
+    ``serial_for_single`` stays off: a one-worker subcollector keeps its env in a worker process.
+    The subcollector leads a process group of its own (its env workers join it), so a Ctrl-C in the
+    trainer's terminal reaches the trainer only, which then shuts everything down in order.
+    ``launch["construction"]`` other than ``workers`` rebuilds how people do it today, for ``topo bench``
+    (documented in docs/reference/plan-format.md): ``homogeneous`` (one factory + kwargs, torchrl's default
+    metadata: one env in this process) and ``legacy`` (one distinct callable per worker: every env once
+    more in this process).
+    """
+    from torchrl.envs import ParallelEnv
+
+    from topo.worker import make_env
+
+    observe.set_subcollector(index, rows[0]["kwargs"].get("backend") if rows else None)
+    run = RunDir.current()
+    if run is not None:
+        if os.getpid() != os.getpgid(0):
+            os.setpgid(0, 0)
+        run.marker("subcollector", index=index, start_method=multiprocessing.get_start_method())
+        heartbeat.open_subcollector(run, index, len(rows))
+    if start_method == "forkserver" and launch.get("preload"):
+        # the server imports these once; every worker it forks skips them (nothing here creates GL/CUDA state)
+        multiprocessing.get_context("forkserver").set_forkserver_preload(list(launch["preload"]))
+    construction = launch.get("construction", "workers")
+    kwargs = [row["kwargs"] for row in rows]
+    if construction == "legacy":
+        return ParallelEnv(len(rows), [functools.partial(make_env, **kw) for kw in kwargs], mp_start_method=start_method)
+    if construction == "homogeneous":
+        return ParallelEnv(len(rows), make_env, create_env_kwargs=kwargs, mp_start_method=start_method)
+    return ParallelEnv(
+        len(rows),
+        make_env,
+        create_env_kwargs=kwargs,
+        metadata_from_workers=launch.get("metadata_from_workers", True),
+        use_buffers=launch.get("use_buffers", False),
+        mp_start_method=start_method,
+    )
+
+
+def env_factories(plan: dict[str, Any]) -> list[functools.partial]:
+    """One picklable env factory per subcollector."""
+    return [env_factory(plan, sub["index"], sub["workers"]) for sub in plan["subcollectors"]]
+
+
+def env_factory(plan: dict[str, Any], index: int, rows: list[dict]) -> functools.partial:
+    """The picklable env factory of subcollector ``index`` over ``rows`` (its plan rows, or a restart's)."""
+    return functools.partial(subcollector_env, index, rows, plan["start_methods"]["workers"], dict(plan["launch"]))
