@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any, Mapping, TypedDict, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypedDict, Union, cast
 
 from topo.compiler import plan as planmod
 from topo.compiler import planfile
 from topo.errors import UsageError
 
-__all__ = ["Plan", "PlanSource", "Row", "Subcollector", "load"]
+if TYPE_CHECKING:
+    from topo.launch.run import Run
+
+__all__ = ["Plan", "PlanSource", "Row", "Subcollector", "collector", "eval_table", "load"]
 
 PlanSource = Union[str, "os.PathLike[str]", "dict[str, Any]"]
 """What :func:`load` and :func:`topo.collector` take: a spec path (YAML or Jinja2), a saved plan's path, or a plan dict."""
@@ -178,3 +181,43 @@ def load(source: PlanSource | Plan, *, variables: Mapping[str, str] | None = Non
     if isinstance(source, dict) and (variables or spec):
         raise UsageError("variables= apply to a spec and spec= to a saved plan's path: a plan dict takes neither")
     return Plan(resolve(source, variables, spec, allow_edited=allow_edited), allow_edited=allow_edited)
+
+
+def collector(source: PlanSource | Plan, *, variables: Mapping[str, str] | None = None, spec: str | None = None,
+              allow_edited: bool = False, policy_factory: str | Callable | None = None, policy: Any = None,
+              report_dir: str | None = None, progress: bool = True, progress_while_collecting: bool = False,
+              startup_timeout: float | None = None, max_concurrent_starts: int | None = None,
+              process_logs: bool = False, command: dict | None = None, evaluation: bool = True,
+              **collector_kwargs: Any) -> Run:
+    """A supervised run of ``source`` for a training loop to iterate (a :class:`~topo.launch.run.Run`); imports torch.
+
+    ``source``: a :class:`Plan` (from :func:`load`), a spec, a saved plan's path, or a plan dict (each checked);
+    ``variables`` render a Jinja2 spec, ``spec`` is the spec a saved plan came from (refused if it changed since),
+    ``allow_edited`` runs a plan whose digest no longer matches (for a path; a :class:`Plan` was loaded with them).
+    The other keywords are the run's :class:`~topo.launch.options.Options` (``policy_factory``, ``policy``,
+    ``report_dir``, ``progress``, ``startup_timeout``, ...); any further keyword goes to the torchrl collector
+    (``replay_buffer``, ``env_device``, ...). ``with topo.collector(plan, policy=plan.make_policy()) as run:``
+    starts it; ``run.collector`` is the torchrl collector, ``run.update_weights()`` pushes the trainer's weights,
+    ``run.report`` is the report once the block ends.
+    """
+    from topo.compiler.saved import resolve
+    from topo.launch.options import Options
+    from topo.launch.run import Run
+
+    if isinstance(source, Plan):  # unwrapped here: the run takes the plan dict, checked again
+        given = sorted(key for key, value in (("variables", variables), ("spec", spec)) if value)
+        if given:
+            raise UsageError(f"{', '.join(given)}= apply when a plan is loaded: pass them to topo.load")
+        allow_edited = allow_edited or source.allow_edited
+        source = source.data
+    options = Options(policy_factory, policy, report_dir, progress, progress_while_collecting, startup_timeout,
+                      max_concurrent_starts, process_logs, command, evaluation, collector_kwargs)
+    return Run(resolve(source, variables, spec, allow_edited=allow_edited), options)
+
+
+def eval_table(result: dict[str, Any]) -> str:
+    """An evaluation's result (``run.evaluate()``, ``run.evaluations``) as a person reads it: the headline
+    (successes, rate, 95 % interval, the weights version) and one line per task, held-out ones marked."""
+    from topo.launch.evaluation.results import table
+
+    return table(result)

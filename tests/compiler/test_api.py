@@ -33,7 +33,7 @@ def cli(*args) -> str:
 
 def test_public_names():
     assert sorted(topo.__all__) == sorted([
-        "Checked", "EpisodeId", "Episodes", "LaunchError", "Plan", "PlanSource", "Row", "Source", "SpecError",
+        "Checked", "EpisodeId", "Episodes", "LaunchError", "Plan", "PlanSource", "Row", "Run", "Source", "SpecError",
         "StalePlanError", "Subcollector", "TopoError", "UsageError", "__version__", "collector", "compile_source",
         "compile_spec", "episode_id", "eval_table", "load", "load_spec", "validate"])
     assert all(hasattr(topo, name) for name in topo.__all__)

@@ -63,7 +63,7 @@ def test_restarts_are_dropped_with_a_warning_when_their_names_are_missing(tmp_pa
     missing("restarts", monkeypatch)
     run = Run(plan, progress=False)
     assert "restarts" not in run.engine.capabilities and "collector_acks" not in run.engine.capabilities
-    (warning,) = run.torchrl.warnings(run.features)
+    (warning,) = run.wiring.torchrl.warnings(run.wiring.features)
     assert warning == ("torchrl 0.14.1: restarts and subcollector hang detection are off (a failure ends the run): "
                        "missing torchrl.x.restarts_gone")
     monkeypatch.undo()  # the installed torchrl has them

@@ -14,7 +14,7 @@ import pytest
 mujoco = pytest.importorskip("mujoco")
 
 from topo.envs.mujoco_cache import ModelCache, model_key, referenced_files  # noqa: E402
-from topo.runtime.model_cache import cache_dir, clear, disk_bytes, entries# noqa: E402
+from topo.runtime.model_cache import cache_dir, clear, disk_bytes, entries  # noqa: E402
 
 from tests.libero.libero_helpers import ROOT  # noqa: E402
 

@@ -46,7 +46,7 @@ def launch(source, batches, policy_factory, report_dir, quiet, startup_timeout, 
 
         plan = plans.resolve(source, parse_assignments(assignments), spec_path, allow_edited=allow_edited_plan,
                              quiet=quiet)
-        from topo.launch.run import Run# torch: only for a plan that runs
+        from topo.launch.run import Run  # torch: only for a plan that runs
 
         run = Run(plan, policy_factory=policy_factory, report_dir=report_dir, progress=not quiet,
                   progress_while_collecting=True, startup_timeout=startup_timeout,

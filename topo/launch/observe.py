@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from topo.runtime import heartbeat
 from topo.launch import episode_versions
-from topo.compiler.assign import GROUP_ID_OFFSET as GROUP_BLOCK# a plan group's ids lie in [group, group + 1) x this
+from topo.compiler.assign import GROUP_ID_OFFSET as GROUP_BLOCK  # a plan group's ids lie in [group, group + 1) x this
 from topo.runtime.rundir import RunDir, restart_number
 
 _here: dict[str, Any] = {}  # in a subcollector process: its index and its batch count

@@ -49,6 +49,24 @@ class EvalService:
         self._queued: deque = deque()
         self.skipped = 0
 
+    @classmethod
+    def started(cls, plan: dict[str, Any], run_dir: str, setup, startup_timeout: float, process_logs: bool) -> EvalService:
+        """The eval process of a training run, started (``setup``: the run's policy setup, None: the plan's)."""
+        service = cls(plan, run_dir, policy_factory=setup.factory if setup else None, startup_timeout=startup_timeout,
+                      process_logs=process_logs)
+        service.start()
+        return service
+
+    @property
+    def asynchronous(self) -> bool:
+        """``eval.async``: a scheduled evaluation runs in the background, the trainer does not wait for it."""
+        return bool(self.section.get("async"))
+
+    def due(self, version: int) -> bool:
+        """Whether the update that made weights ``version`` is followed by an evaluation (``eval.every``)."""
+        every = self.section.get("every")
+        return bool(every) and version % every == 0
+
     def start(self) -> None:
         """Start the process; it builds its collector while the trainer goes on (the first round waits for it)."""
         ours, theirs = socket.socketpair()
