@@ -146,7 +146,7 @@ class Plan:
         if section is None:
             raise UsageError(f"plan {self.name!r} has no policy section: add `policy: {{factory: ..., kwargs: ...}}` to "
                              "the spec, or build the policy yourself and pass policy_factory= to topo.collector")
-        from topo.worker import import_builder
+        from topo.runtime.builder import import_builder
 
         return import_builder(section["factory"])(**section["kwargs"])
 

@@ -2,24 +2,14 @@
 from __future__ import annotations
 
 import functools
-import importlib
 import os
 import time
 import traceback
-from typing import Any
 
 from topo.runtime import gl, heartbeat
+from topo.runtime.builder import import_builder
 from topo.runtime.episodes import RECORD_VAR
 from topo.runtime.rundir import RunDir, eval_round, record_close, restart_number
-
-
-def import_builder(path: str):
-    """``"package.module:function"`` to the function."""
-    module, _, name = path.partition(":")
-    target: Any = importlib.import_module(module)
-    for part in name.split("."):
-        target = getattr(target, part)
-    return target
 
 
 def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: int | None = None,

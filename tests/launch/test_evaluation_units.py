@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from topo.launch.evaluation import results as eval_results
-from topo.launch.evaluation.run import _batch_bound, finished, run_plan
+from topo.launch.evaluate import _batch_bound, finished, run_plan
 from topo.launch.supervision.teardown import shutdown_budget
 from topo.worker import make_env
 
@@ -30,7 +30,7 @@ class Rounds:
 
 def scheduled(sched, rounds):
     from topo.envs.scheduled import ScheduledEnv
-    from topo.worker import import_builder
+    from topo.runtime.builder import import_builder
 
     return ScheduledEnv(sched, lambda env: import_builder("topo.envs.toy:build")(dict(env)), rounds)
 

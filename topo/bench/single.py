@@ -31,7 +31,8 @@ def main(plan_path: str) -> None:
     marks = [(time.perf_counter(), time.process_time())]
     import torchrl.envs  # noqa: F401  (what every spawned worker imports)
 
-    from topo.worker import import_builder, make_env
+    from topo.runtime.builder import import_builder
+    from topo.worker import make_env
 
     import_builder(kwargs["builder"])
     marks.append((time.perf_counter(), time.process_time()))

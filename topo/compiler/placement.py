@@ -111,7 +111,7 @@ def plan_section(spec: Spec) -> dict[str, Any]:
         "run_dir": placement.run_dir,
         "subcollectors": placed[:spec.subcollectors],
         "server": placed[spec.subcollectors] if serves_on_ray(spec) else None,
-        # what an actor no override names asks for: each eval subcollector's, under Ray (topo.launch.evaluation.run)
+        # what an actor no override names asks for: each eval subcollector's, under Ray (topo.launch.evaluate)
         "default": _placed(Resources.merge(Resources(), placement.resources), None) if placement.engine == "ray" else None,
     }
 

@@ -4,7 +4,7 @@
 ``launch`` takes the same path as :func:`topo.collector`: this process is the trainer; it collects
 ``--batches`` batches with the plan's policy (``--policy`` or the spec's ``policy`` section; random actions
 without one), then, when the plan has an eval section, evaluates once (``--no-eval``: not). ``eval`` runs
-the eval rows alone (:class:`~topo.launch.evaluation.run.Evaluation`), like ``lerobot-eval``: a factory and,
+the eval rows alone (:class:`~topo.launch.evaluate.Evaluation`), like ``lerobot-eval``: a factory and,
 optionally, a checkpoint (``--weights``: a file ``torch.save`` wrote, a state dict or a TensorDict).
 Exit codes: 0 ok, 1 launch failure, 2 user error (bad spec, stale plan), 130 Ctrl-C, 143 SIGTERM.
 Importing this module imports neither torch nor torchrl.
@@ -94,7 +94,7 @@ def evaluate(source, policy_factory, weights, rounds, report_dir, quiet, startup
         plan = plans.resolve(source, parse_assignments(assignments), spec_path, allow_edited=allow_edited_plan,
                              quiet=quiet)
         from topo.launch.evaluation import results as eval_results
-        from topo.launch.evaluation.run import Evaluation
+        from topo.launch.evaluate import Evaluation
 
         evaluation = Evaluation(plan, policy_factory=policy_factory, out_dir=report_dir, report_dir=report_dir,
                                 progress=not quiet, startup_timeout=startup_timeout, process_logs=True)

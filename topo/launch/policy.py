@@ -32,7 +32,7 @@ from tensordict.nn import TensorDictModuleBase
 from topo.errors import UsageError
 from topo.launch.ray import RayServer, here, start_server
 from topo.runtime.rundir import RunDir, record
-from topo.worker import import_builder
+from topo.runtime.builder import import_builder
 
 PLACEMENTS = ("subcollector", "server")
 WEIGHT_SYNC = ("shared_mem", "multiprocess")

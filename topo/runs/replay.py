@@ -21,7 +21,7 @@ import numpy as np
 from topo.runtime.episodes import Episode, Episodes, find_run, joined
 from topo.errors import UsageError
 from topo.launch.supervision.restarts import restart_rows
-from topo.worker import import_builder
+from topo.runtime.builder import import_builder
 
 FRAME_KEYS = ("pixels", ("observation", "image"))
 STRIP_FRAMES = 16  # frames in a PNG strip, evenly spaced over the episode

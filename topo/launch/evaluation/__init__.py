@@ -1,1 +1,1 @@
-"""topo.launch.evaluation.run."""
+"""The trainer's side of evaluation: the eval process (`service`) and each round's figures (`results`)."""

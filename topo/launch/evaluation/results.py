@@ -1,6 +1,6 @@
 """An evaluation round's results: per task and overall, with Wilson intervals; as JSON, a table and a plot.
 
-Pure (no torch): the figures come from the episodes :func:`topo.launch.evaluation.run.finished` read.
+Pure (no torch): the figures come from the episodes :func:`topo.launch.evaluate.finished` read.
 """
 from __future__ import annotations
 

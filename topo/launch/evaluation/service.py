@@ -1,4 +1,4 @@
-"""The eval process of a training run: an :class:`~topo.launch.evaluation.run.Evaluation` beside the training collector.
+"""The eval process of a training run: an :class:`~topo.launch.evaluate.Evaluation` beside the training collector.
 
 A run holds one collector per process (:class:`~topo.launch.run.Run`), so a training run evaluates in
 a process of its own, started from this topo (:func:`topo.runtime.child.command`, not the training script) with
