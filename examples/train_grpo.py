@@ -4,6 +4,7 @@
     python examples/train_grpo.py examples/libero_cpu.yaml --iterations 3    # real LIBERO, on the CPU
     python examples/train_grpo.py examples/toy_eval.yaml --iterations 80 --lr 1e-2   # evaluated every 20
     python examples/train_grpo.py examples/toy_traced.yaml --episode-steps 8 --report runs/traced   # replayable
+    python examples/train_grpo.py examples/toy_eval.yaml --seed 7   # another run: the spec's seeds.base set to 7
 
 The spec's ``policy`` section names the factory (``topo.policies.tinyvla:make``) and where the copies
 that act run (each subcollector, or one inference server). This script builds its own copy from the
@@ -13,16 +14,23 @@ iteration. Every row of a batch says which weights acted (``policy_version``). A
 section is evaluated before training (the baseline) and as it says (``eval.every``); each evaluation's
 table is printed as it ends. With ``--report DIR`` the run is kept: the script ends naming its
 lowest-return episode, which ``topo runs show`` and ``topo replay`` read from there.
+
+The run reproduces: the trainer seeds its own generators from the plan (``trainer_seed``; topo seeds every
+process it starts), so the same spec and seed give the same batches, weights and evaluations, and the same
+``run digest`` (a sha256 over every batch, printed last, with one over the weights after every update);
+``--seed`` gives another run of the same spec.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import time
 
 import torch
 
 import topo
 from topo import eval_table
+from topo.launch.seeding import seed_globals, trainer_seed
 
 
 def group_advantages(reward: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
@@ -36,6 +44,16 @@ def group_advantages(reward: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
     return advantages
 
 
+def load(spec: str, seed: int | None) -> topo.Plan:
+    """The plan of ``spec`` (a spec compiled now, or a saved plan still fresh); with ``seed``, of the spec with
+    ``assignment.seeds.base: seed``."""
+    if seed is None:
+        return topo.load(spec)
+    source = topo.load_spec(spec)
+    source.data.setdefault("assignment", {}).setdefault("seeds", {})["base"] = seed
+    return topo.load(topo.compile_source(source))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("spec", help="a spec (or saved plan) with a policy section")
@@ -43,13 +61,16 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--report", help="keep the run in DIR (summary.json, episodes), as `topo launch --report` does")
     parser.add_argument("--episode-steps", type=int, default=None, help="end each episode after this many steps")
+    parser.add_argument("--seed", type=int, default=None, help="the spec's assignment.seeds.base (a spec only)")
     args = parser.parse_args()
 
-    plan = topo.load(args.spec)  # a spec compiled now, or a saved plan still fresh
+    plan = load(args.spec, args.seed)
+    seed_globals(trainer_seed(plan.data))  # the trainer's own draws (topo seeds the processes it starts)
     policy = plan.make_policy()  # the trainer's copy, from the factory the acting copies come from
     optim = torch.optim.Adam(policy.parameters(), lr=args.lr)
 
     shown: list[dict] = []
+    weights = hashlib.sha256()  # the trainer's weights after every update, in order
     bound = {} if args.episode_steps is None else {"max_frames_per_traj": args.episode_steps}
     with topo.collector(plan, policy=policy, report_dir=args.report, **bound) as run:
         if plan.data.get("eval"):
@@ -64,6 +85,8 @@ def main() -> None:
             optim.zero_grad()
             loss.backward()
             optim.step()
+            for value in policy.state_dict().values():
+                weights.update(value.numpy().tobytes())
             started = time.perf_counter()
             version = run.update_weights()
             acted = sorted({int(v) for v in batch["policy_version"].flatten().tolist()})
@@ -76,6 +99,7 @@ def main() -> None:
                 break
         ended = [e for e in run.episodes() if e.end is not None and e.end["how"] != "closed"]
     print(run.report)
+    print(f"run digest: {run.digest.hexdigest} ({run.digest.batches} batches); weights {weights.hexdigest()}")
     if args.report and ended:
         worst = min(ended, key=lambda e: e.end["return"])
         print(f"lowest return: episode {worst.id} ({worst.end['return']:+.3f} over {worst.end['steps']} steps, "

@@ -36,6 +36,7 @@ FAST = (
     "tests/launch/test_boundary.py",
     "tests/launch/test_evaluation_units.py",
     "tests/launch/test_provenance_units.py",
+    "tests/launch/test_reproducible_units.py",
     "tests/launch/test_script_events.py",
     "tests/bench/test_bench_units.py",
     "tests/docs/test_pages.py",

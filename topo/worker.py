@@ -10,6 +10,7 @@ from topo.runtime import gl, heartbeat
 from topo.runtime.builder import import_builder
 from topo.runtime.episodes import RECORD_VAR
 from topo.runtime.rundir import RunDir, eval_round, record_close, restart_number
+from topo.launch import seeding
 
 
 def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: int | None = None,
@@ -28,6 +29,7 @@ def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: in
     every step carries its episode id).
     """
     inherited_gl = gl.loaded_libraries()  # before the builder: from a parent (fork, forkserver) or an import
+    seeding.seed_globals(seeding.derive([seed], "worker"))  # the global RNGs, before the env is built
     gl.release()
     run = RunDir.current()
     render = {"render_gpu": render_gpu, "render_numbering": render_numbering, "render_fallback": render_fallback}

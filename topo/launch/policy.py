@@ -30,6 +30,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
 from topo.errors import UsageError
+from topo.launch import seeding
 from topo.launch.ray import RayServer, here, start_server
 from topo.runtime.rundir import RunDir, record
 from topo.runtime.builder import import_builder
@@ -125,12 +126,14 @@ def _requests(client_, args):
     return (args[0].select(*client_.in_keys),)
 
 
-def in_server(factory: str | Callable, kwargs: dict, notes=None):
+def in_server(factory: str | Callable, kwargs: dict, notes=None, seed: int | None = None):
     """The served policy, built where the server runs: a process of this machine (its own process group: a
     Ctrl-C is the trainer's), or a Ray actor whose records go to the trainer through ``notes``, a Ray queue
-    (its node may share no filesystem with the trainer: :mod:`topo.launch.ray.server`)."""
+    (its node may share no filesystem with the trainer: :mod:`topo.launch.ray.server`). ``seed`` seeds its global
+    RNGs first (:mod:`.seeding`)."""
     if notes is None:
         os.setpgid(0, 0)
+    seeding.seed_globals(seed)
     note = _server_notes(notes)
     try:
         policy = build(factory, kwargs)
@@ -184,6 +187,7 @@ class Placement:
         self.server = None
         self.transport = None
         self.scheme = None
+        self.seed: int | None = None  # the server's global RNGs' (:mod:`.seeding`), set by the run
         self.served: dict | None = None  # the server's record: its keys (for the clients of restarts), pid, host
         self._new_client: Callable | None = None  # a new client of the server
         self.updates: list[float] = []  # seconds each weight update took
@@ -208,8 +212,8 @@ class Placement:
         if self.setup.placement != "server":
             return
         if actor is not None:
-            self.server = start_server(functools.partial(in_server, self.setup.factory, self.setup.kwargs),
-                                           self.setup.device, actor, startup_timeout, run, on_death)
+            served = functools.partial(in_server, self.setup.factory, self.setup.kwargs, seed=self.seed)
+            self.server = start_server(served, self.setup.device, actor, startup_timeout, run, on_death)
             self.server.verify()
             self._new_client = self.server.client
         else:
@@ -223,7 +227,7 @@ class Placement:
             self.transport = MPTransport(ctx=ctx, use_manager=True)
             self._new_client = self.transport.client
             self.server = ProcessInferenceServer(
-                policy_factory=functools.partial(in_server, self.setup.factory, self.setup.kwargs),
+                policy_factory=functools.partial(in_server, self.setup.factory, self.setup.kwargs, seed=self.seed),
                 transport=self.transport, policy_device=self.setup.device, mp_context=ctx,
                 startup_timeout=max(1.0, startup_timeout))
             self.server.start()

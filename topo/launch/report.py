@@ -41,6 +41,7 @@ class Outcome:
     evaluation: dict | None = None  # :meth:`topo.launch.evaluation.service.EvalService.describe`
     memory: list[dict] = field(default_factory=list)  # :meth:`RunState.memory` at the end: each worker's latest
     actors: list[dict] | None = None  # Ray engine: each subcollector's planned and actual node (:mod:`.ray_placement`)
+    batches: dict | None = None  # :meth:`topo.launch.digest.BatchDigest.describe`: the run's batches, digested
 
 
 class Report:
@@ -62,7 +63,8 @@ class Report:
             wiring.engine.name, life.startup_timeout, life.shutdown_budget, life.max_concurrent_starts, life.ready_at,
             life.down, life.monitor.peak, life.monitor.seen, wiring.placement.describe() if wiring.placement else None,
             wiring.torchrl.to_dict(wiring.features), run.extra, evaluation=run.eval.describe() if run.eval else None,
-            memory=run.state.memory(), actors=getattr(run.collector, "actor_placement", None)))
+            memory=run.state.memory(), actors=getattr(run.collector, "actor_placement", None),
+            batches=run.digest.describe()))
 
     @property
     def ok(self) -> bool:
@@ -184,6 +186,7 @@ def summary(run: Outcome) -> dict[str, Any]:
         "evaluation": run.evaluation,
         "episodes": episodes.counts(state.run.path),
         "actors": run.actors,
+        "batches": run.batches,
         "plan": plan,
     }
 
@@ -375,6 +378,10 @@ def human(s: dict) -> str:
         human_memory(s.get("memory")),
         human_episodes(s.get("episodes"), s.get("run_dir")),
     ]
+    digest = s.get("batches")
+    if digest and digest["count"]:
+        lines.append(f"  batches digest: sha256 {digest['sha256']} over {digest['count']} batch(es), "
+                     f"{digest['ms_per_batch']:.2f} ms per batch")
     lines += [f"  WARNING: {warning}" for warning in (s.get("torchrl") or {}).get("warnings", [])]
     policy = s.get("policy")
     if policy:

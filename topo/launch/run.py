@@ -29,7 +29,8 @@ from typing import Any, Callable
 from topo.errors import LaunchError, UsageError
 from topo.runtime.rundir import RunDir
 from topo.compiler import saved
-from topo.launch import boundary, observe, trainer
+from topo.launch import boundary, observe, seeding, trainer
+from topo.launch.digest import BatchDigest, attach
 from topo.launch.engines import Engine, engine_for
 from topo.launch.evaluation.service import EvalService
 from topo.launch.options import RESERVED_KWARGS, Options
@@ -50,7 +51,8 @@ class Run:
     collector, once started); ``report`` (a :class:`~topo.launch.report.Report`, once ended); ``state`` (the run's
     records, once started); ``run_dir``; ``policy_version`` (weight updates pushed so far); ``restarts`` and
     ``recycles`` (subcollectors restarted, or rebuilt past a health budget, so far); ``failure`` (what failed, if
-    anything); ``evaluations`` (each evaluation's result so far: :meth:`evaluate`, ``eval.every``).
+    anything); ``evaluations`` (each evaluation's result so far: :meth:`evaluate`, ``eval.every``); ``digest`` (a
+    running sha256 over the batches yielded so far: ``run.digest.hexdigest``; the report's ``batches``).
     """
 
     _active: Run | None = None  # the run started in this process and not yet ended
@@ -62,6 +64,7 @@ class Run:
         self.collector = self.report = self.state = self.eval = None
         self.life = _Life(self.options, plan)
         self.extra: dict[str, Any] = {}  # what the caller adds to the report's launch section (the CLI: batches)
+        self.digest = BatchDigest()  # every batch the collector yielded, in order (:mod:`.digest`)
 
     engine = property(lambda self: self.wiring.engine)
     placement = property(lambda self: self.wiring.placement)
@@ -250,6 +253,8 @@ class _Wiring:
                              "from the policy factory and keeps its weights (drop policy=)")
         placement = Placement(setup, policy, len(plan["subcollectors"]), weight_sync=engine.weight_sync,
                               collector_acks="collector_acks" in engine.capabilities) if setup else None
+        if placement is not None:
+            placement.seed = seeding.derive(seeding.row_seeds(plan), "server")
         return cls(setup, features, torchrl, engine, placement)
 
     def check(self, plan: dict[str, Any], report_dir: str | None, shutdown_budget: float) -> str:
@@ -336,6 +341,7 @@ def _build(run: Run) -> tuple[Any, Recovery | None]:
                                actor=plan["placement"].get("server"), on_death=life.monitor.submit)
         kwargs.update(placement.collector_kwargs(run.state.run))
     collector = wiring.engine.build(plan, **kwargs)
+    attach(collector, run.digest)
     if "restarts" not in wiring.engine.capabilities:
         return collector, None
     recovery = Recovery(run.state, life.monitor, life.delivery, window=run.window,

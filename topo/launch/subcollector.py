@@ -13,7 +13,7 @@ from typing import Any
 
 from topo.runtime import heartbeat
 from topo.runtime.rundir import RunDir
-from topo.launch import observe
+from topo.launch import observe, seeding
 
 
 def subcollector_env(index: int, rows: list[dict], start_method: str, launch: dict[str, Any]):
@@ -33,6 +33,7 @@ def subcollector_env(index: int, rows: list[dict], start_method: str, launch: di
     from topo.worker import make_env
 
     observe.set_subcollector(index, rows[0]["kwargs"].get("backend") if rows else None)
+    seeding.seed_globals(seeding.derive([row["seed"] for row in rows], "subcollector"))  # where its policy samples
     run = RunDir.current()
     if run is not None:
         if os.getpid() != os.getpgid(0):

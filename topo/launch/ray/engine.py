@@ -89,6 +89,7 @@ class RayTopology:
         self.puller = None
         self.scheme = None  # the Ray weight-sync scheme, when the trainer pushes weights
         self.recovery = None  # the run's side of restarts (RayEngine.supervise)
+        self.on_batch = None  # called with each batch before it is yielded (the run's digest: :mod:`.digest`)
         self.eval_round = 0  # the evaluation round started last (an eval run's actors): a restarted actor's too
 
     @property
@@ -98,6 +99,8 @@ class RayTopology:
     def __iter__(self) -> Iterator[Any]:
         frames = 0
         for batch in (self._sync() if self.plan["collector"]["sync"] else self._async()):
+            if self.on_batch is not None:
+                self.on_batch(batch)
             yield batch
             frames += batch.numel()
             if 0 < self.total_frames <= frames:
