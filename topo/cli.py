@@ -143,6 +143,9 @@ def plan(spec, assignments, dry_run, fmt, limit, out, strict):
     if dry_run or not out:
         width = shutil.get_terminal_size((120, 24)).columns if sys.stdout.isatty() else int(os.environ.get("COLUMNS", 120))
         click.echo(render.plan_text(result, fmt, limit, width), nl=False)
+    from topo.compiler.imports import describe
+
+    click.echo(f"note: {describe(result)}", err=True)  # the code a launch of it runs, named before anything runs
 
 
 def dir_option(f):

@@ -35,6 +35,18 @@ class UsageError(TopoError):
     exit_code = 2
 
 
+class RecordError(UsageError):
+    """A file from a run directory, a checkpoint or an actions file that topo does not read: which file (and
+    line), what it holds, what to do. Such files are data: one topo cannot read is refused, never run."""
+
+    def __init__(self, file: str, message: str, *, line: int | None = None, hint: str | None = None):
+        self.file, self.line, self.hint = str(file), line, hint
+        super().__init__(f"{self.file}{'' if line is None else f':{line}'}: {message}")
+
+    def format(self) -> str:
+        return f"error: {self}" + (f"\n  hint: {self.hint}" if self.hint else "")
+
+
 class StalePlanError(TopoError):
     """A saved plan no longer matches its spec, or was written by an incompatible topo."""
 

@@ -1,4 +1,4 @@
-"""Bounds on every input (spec files, rendered templates, saved plans), far above any real topology.
+"""Bounds on every input (spec files, rendered templates, saved plans, run records), far above any real topology.
 
 A spec is input and plans travel between people and machines: a few hundred bytes of YAML aliases,
 or a few thousand nested brackets, must be refused in milliseconds with a message, not expanded
@@ -46,6 +46,15 @@ and 370 MB (sequence seeds), well within MAX_PLAN_BYTES."""
 MAX_SUBCOLLECTOR_IDS = 4 * 4096
 """Subcollector ids that the ranges of ``placement.overrides`` name in all: four times the largest
 topology's 4,096 subcollectors."""
+
+MAX_RECORD_BYTES = 64 * 1024 * 1024
+"""Bytes of one line of a run's episode records (``episodes/*.jsonl``), and of one seed-state blob. A start
+record holds the seed state's new blobs: the toy env's whole seed state takes 21 KB in base64
+(benchmarks/seed_state_codec.py), an env's tensors at most 64 Ki elements each (``topo.envs.recording.MAX_TENSOR``)."""
+
+MAX_STEPS_BYTES = 256 * 1024 * 1024
+"""Bytes of one chunk of recorded steps (16 steps' actions, rewards and digests: a few KB), read back
+uncompressed; and of an ``--actions`` file's arrays."""
 
 
 def count(n: int) -> str:

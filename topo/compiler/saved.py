@@ -94,4 +94,8 @@ def resolve(source: Any, variables: Mapping[str, str] | None = None, spec_path: 
     if check_fresh(plan, spec_path) is None and not quiet:
         print(f"note: spec {(plan.get('spec') or {}).get('path')!r} not found: the plan was not checked against it"
               " (pass --spec)", file=sys.stderr)
+    if not quiet:
+        from topo.compiler.imports import describe
+
+        print(f"note: {describe(plan)}", file=sys.stderr)  # a saved plan names code: said before anything runs
     return plan

@@ -16,7 +16,6 @@ import hashlib
 import io
 import json
 import os
-import pickle
 import random
 import time
 from typing import Any
@@ -27,7 +26,9 @@ from tensordict import TensorDictBase
 from torchrl.data import Unbounded
 from torchrl.envs import EnvBase
 
+from topo.envs import seed_codec
 from topo.runtime.episodes import KEY, EpisodeId, life_file
+from topo.compiler.limits import MAX_RECORD_BYTES
 
 MAX_TENSOR = 1 << 16  # env attributes: tensors up to this many elements are state; larger ones are data
 _NESTED = ("_env", "env", "inner")  # where a wrapper keeps what it wraps: their generators are state too
@@ -47,23 +48,28 @@ class LifeWriter:
         self._last: dict[str, tuple[Any, str]] = {}  # each seed-state part at the last reset, and its digest
         self._records = self._steps = None  # the files, opened at the first write, closed with the process
 
-    def blobs(self, parts: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
-        """(name -> digest, the blobs not yet written: digest -> base64) of a :func:`seed_state`; a part equal to
-        the previous reset's is not encoded again."""
-        refs, new = {}, {}
+    def blobs(self, parts: dict[str, Any]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+        """(name -> digest, the blobs not yet written: digest -> base64, name -> why it is not recorded) of a
+        :func:`seed_state`; a part equal to the previous reset's is not encoded again, one that is no plain data
+        (:class:`~topo.envs.seed_codec.Unencodable`) is left out."""
+        refs, new, skipped = {}, {}, {}
         for name, value in parts.items():
             last = self._last.get(name)
             if last is not None and same(last[0], value):
                 refs[name] = last[1]
                 continue
-            blob = encode(name, value)
+            try:
+                blob = encode(name, value)
+            except seed_codec.Unencodable as exc:
+                skipped[name] = f"it holds {exc}, which topo records as data only"
+                continue
             key = hashlib.blake2b(blob, digest_size=16).hexdigest()
             refs[name] = key
             self._last[name] = (value, key)
             if key not in self._stored:
                 self._stored.add(key)
                 new[key] = base64.b64encode(blob).decode()
-        return refs, new
+        return refs, new, skipped
 
     def write(self, record: dict[str, Any]) -> None:
         """One line, written through at once (a worker killed after it loses nothing before it)."""
@@ -158,7 +164,7 @@ class EpisodeLog:
         out.set(KEY, self._id)
 
     def _start(self, env: EnvBase, out: TensorDictBase, state: dict[str, Any], value: int) -> None:
-        refs, new = self.writer.blobs(state)
+        refs, new, skipped = self.writer.blobs(state)
         init_state = _optional(out, "eval_init_state") if "eval_init_state" in out.keys() else _init_state(env)
         record = {"event": "start", "id": value, "time": time.time(), "seed": self.seed, "state": refs,
                   "init_state": None if init_state == -1 else init_state, "group_id": _optional(out, "group_id"),
@@ -168,6 +174,8 @@ class EpisodeLog:
                 record[key] = int(_scalar(out.get(key)))
         if new:
             record["blobs"] = new
+        if skipped:
+            record["unrecorded"] = skipped
         self.writer.write(record)
         self._open, self._steps, self._return, self._success = True, 0, 0.0, None
         self._acted, self._digests, self._rewards = {}, ([digest(out)] if self.actions else []), []
@@ -227,8 +235,8 @@ def seed_state(env: Any, names: dict | None = None) -> dict[str, Any]:
 
 
 def encode(name: str, value: Any) -> bytes:
-    """A :func:`seed_state` part as bytes (no tensor pickled: torch's pickling is slow)."""
-    return value.tobytes() if name == "torch" else pickle.dumps(value)
+    """A :func:`seed_state` part as bytes: plain data (:mod:`topo.envs.seed_codec`), never a pickle."""
+    return seed_codec.encode(value)
 
 
 def same(a: Any, b: Any) -> bool:
@@ -247,10 +255,20 @@ def same(a: Any, b: Any) -> bool:
 
 
 def decode_seed_state(parts: dict[str, bytes]) -> dict[str, Any]:
-    """A :func:`seed_state`, readable by :func:`restore_seed_state`."""
-    return {"torch": torch.frombuffer(bytearray(parts["torch"]), dtype=torch.uint8),
-            "numpy": pickle.loads(parts["numpy"]), "random": pickle.loads(parts["random"]),
-            "env": pickle.loads(parts["env"])}
+    """A :func:`seed_state` from its parts' blobs, readable by :func:`restore_seed_state` (a part the recording
+    left out is absent). :class:`~topo.envs.seed_codec.NotAState` names the part that is no seed state."""
+    out = {}
+    for name, blob in parts.items():
+        try:
+            value = seed_codec.decode(blob, MAX_RECORD_BYTES)
+        except seed_codec.NotAState as exc:
+            raise seed_codec.NotAState(f"its {name} state is {exc}") from None
+        if name == "torch":
+            if not (isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim == 1):
+                raise seed_codec.NotAState("its torch state is not a byte array")
+            value = torch.from_numpy(value)
+        out[name] = value
+    return out
 
 
 def state_names(env: Any, depth: int = 0) -> dict[str, Any]:
@@ -311,33 +329,66 @@ def _code_names(code) -> set[str]:
     return names
 
 
-def restore_env_state(env: Any, state: dict[str, Any]) -> None:
-    """Put ``state`` (:func:`env_state`) back on ``env``."""
-    for name, (kind, value) in state.items():
+def restore_env_state(env: Any, state: dict[str, Any], depth: int = 0) -> None:
+    """Put ``state`` (:func:`env_state`) back on ``env``: only what :func:`env_state` records of such an env (the
+    generators it has, the nested envs it wraps, and at the top the plain values and small tensors its own code
+    names); a state that sets anything else is :class:`~topo.envs.seed_codec.NotAState`."""
+    if not isinstance(state, dict):
+        raise seed_codec.NotAState("its env state is not a mapping")
+    own = own_names(type(env)) if depth == 0 else frozenset()
+    for name, entry in state.items():
+        if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str)):
+            raise seed_codec.NotAState(f"its env state's {name!r} is not a (kind, value) pair")
+        kind, value = entry
         current = getattr(env, name, None)
-        if kind == "torch.Generator":
-            current.set_state(torch.from_numpy(value))
-        elif kind == "numpy.Generator":
-            current.bit_generator.state = value
-        elif kind == "numpy.RandomState":
-            current.set_state(value)
-        elif kind == "nested":
-            restore_env_state(current, value)
-        else:
+        if kind in _GENERATORS:
+            if not isinstance(current, _GENERATORS[kind]):
+                raise seed_codec.NotAState(f"its env state restores a {kind} {name!r}, which this env does not have")
+            if kind == "torch.Generator":
+                current.set_state(torch.from_numpy(_bytes(value)))
+            elif kind == "numpy.Generator":
+                current.bit_generator.state = value
+            else:
+                current.set_state(value)
+        elif kind == "nested" and name in _NESTED and depth < 3 and hasattr(current, "__dict__"):
+            restore_env_state(current, value, depth + 1)
+        elif kind in ("value", "tensor") and name in own and not name.startswith("__"):
             if kind == "tensor":
+                if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], np.ndarray)
+                        and isinstance(value[1], str)):
+                    raise seed_codec.NotAState(f"its env state's tensor {name!r} is not (array, device)")
                 value = torch.from_numpy(value[0]).to(value[1])
+            elif not (value is None or type(value) in (bool, int, float, str)):
+                raise seed_codec.NotAState(f"its env state's value {name!r} is a {type(value).__name__}")
             if name in (getattr(env, "_buffers", None) or {}):
                 env._buffers[name] = value
             else:
                 object.__setattr__(env, name, value)
+        else:
+            raise seed_codec.NotAState(f"its env state sets {name!r} ({kind}), which topo never records for this env")
+
+
+_GENERATORS = {"torch.Generator": torch.Generator, "numpy.Generator": np.random.Generator,
+               "numpy.RandomState": np.random.RandomState}
+
+
+def _bytes(value: Any) -> np.ndarray:
+    if not (isinstance(value, np.ndarray) and value.dtype == np.uint8 and value.ndim == 1):
+        raise seed_codec.NotAState("a torch generator state that is not a byte array")
+    return value
 
 
 def restore_seed_state(env: Any, state: dict[str, Any]) -> None:
-    """Put a :func:`seed_state` (unpickled) back: the global RNGs and ``env``'s own state."""
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["random"])
-    restore_env_state(env, state["env"])
+    """Put a :func:`seed_state` (:func:`decode_seed_state`) back: the global RNGs and ``env``'s own state, each
+    that was recorded. A state that does not fit raises (NotAState, or torch's, numpy's or random's error)."""
+    if "torch" in state:
+        torch.set_rng_state(state["torch"])
+    if "numpy" in state:
+        np.random.set_state(state["numpy"])
+    if "random" in state:
+        random.setstate(state["random"])
+    if "env" in state:
+        restore_env_state(env, state["env"])
 
 
 def digest(td: TensorDictBase) -> int:

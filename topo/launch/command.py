@@ -5,7 +5,8 @@
 ``--batches`` batches with the plan's policy (``--policy`` or the spec's ``policy`` section; random actions
 without one), then, when the plan has an eval section, evaluates once (``--no-eval``: not). ``eval`` runs
 the eval rows alone (:class:`~topo.launch.evaluate.Evaluation`), like ``lerobot-eval``: a factory and,
-optionally, a checkpoint (``--weights``: a file ``torch.save`` wrote, a state dict or a TensorDict).
+optionally, a checkpoint (``--weights``: a file ``torch.save`` wrote, a state dict or a TensorDict, read with
+``weights_only=True``: anything else is refused, never run, :mod:`topo.launch.checkpoint`).
 Exit codes: 0 ok, 1 launch failure, 2 user error (bad spec, stale plan), 130 Ctrl-C, 143 SIGTERM.
 Importing this module imports neither torch nor torchrl.
 """
@@ -98,9 +99,11 @@ def evaluate(source, policy_factory, weights, rounds, report_dir, quiet, startup
 
         evaluation = Evaluation(plan, policy_factory=policy_factory, out_dir=report_dir, report_dir=report_dir,
                                 progress=not quiet, startup_timeout=startup_timeout, process_logs=True)
+        if weights:
+            evaluation.policy_weights(weights)  # read as data, and refused, before any process starts
         with evaluation:
             for _ in range(rounds):
-                click.echo(eval_results.table(evaluation.evaluate(weights)))
+                click.echo(eval_results.table(evaluation.evaluate()))
     finally:
         if evaluation is not None and evaluation.report is not None and not quiet:
             click.echo(str(evaluation.report))

@@ -29,6 +29,7 @@ import torch
 from topo.diagnostics import ids_text
 from topo.errors import LaunchError, UsageError
 from topo.runtime.rundir import RUN_DIR_VAR, start_eval_round
+from topo.launch import checkpoint
 from topo.launch.evaluation import results as eval_results
 from topo.launch.policy import PolicySetup, build
 
@@ -149,13 +150,12 @@ class Evaluation:
 
     def policy_weights(self, weights) -> None:
         """Load ``weights`` (a TensorDict, a state dict, a module, or either saved by ``torch.save`` as bytes or
-        a file) into the copy the next round pushes."""
+        a file, read as data: :func:`topo.launch.checkpoint.load`) into the copy the next round pushes."""
         from tensordict import TensorDict, TensorDictBase
 
         if isinstance(weights, (bytes, str)):
-            import io
-
-            weights = torch.load(io.BytesIO(weights) if isinstance(weights, bytes) else weights, weights_only=False)
+            checkpoint.into(self.policy, weights)
+            return
         if isinstance(weights, torch.nn.Module):
             weights = TensorDict.from_module(weights).data
         elif not isinstance(weights, TensorDictBase):

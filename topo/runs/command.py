@@ -71,16 +71,13 @@ def replay(run, episode, video, actions_file, fmt):
     """Rebuild EPISODE of RUN from its plan row and seed state, replay its recorded actions, and check every
     step against the recording. Exit 0: identical; 1: it differs (the first differing step is named).
     Needs launch.record_actions: true."""
-    import numpy as np
-
+    from topo.runtime.episodes import arrays
+    from topo.compiler.limits import MAX_STEPS_BYTES
     from topo.runs.replay import replay as run_replay
 
-    actions = None
-    if actions_file is not None:
-        with np.load(actions_file) as data:
-            actions = {key: data[key] for key in data.files}
+    actions = None if actions_file is None else arrays(actions_file, actions_file, MAX_STEPS_BYTES)
     with contextlib.redirect_stdout(sys.stderr):  # what the env prints as it is built (LIBERO does) is not the result
-        result = run_replay(run, episode, actions=actions, video=video)
+        result = run_replay(run, episode, actions=actions, video=video, actions_from=actions_file)
     click.echo(json.dumps(result.to_dict(), indent=1) if fmt == "json" else str(result))
     if result.video and fmt == "text":
         click.echo(f"frames: {result.video}")

@@ -12,6 +12,9 @@ strip or an animated GIF.
 from __future__ import annotations
 
 import base64
+import binascii
+import hashlib
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from topo.runtime.episodes import Episode, Episodes, find_run, joined
-from topo.errors import UsageError
+from topo.errors import RecordError, StalePlanError, UsageError
 from topo.launch.supervision.restarts import restart_rows
+from topo.compiler.planfile import check_compatible
 from topo.runtime.builder import import_builder
 
 FRAME_KEYS = ("pixels", ("observation", "image"))
@@ -43,6 +47,7 @@ class Replay:
     complete: bool = True  # False: the episode had not ended when its worker stopped (the recording stops there)
     video: str | None = None
     frames: list = field(default_factory=list, repr=False)
+    notes: list[str] = field(default_factory=list)  # what the recording lacked (a seed-state part left out)
 
     @property
     def identical(self) -> bool:
@@ -52,7 +57,7 @@ class Replay:
         return {"episode": self.episode, "run_dir": self.run_dir, "identical": self.identical, "steps": self.steps,
                 "recorded_steps": self.recorded_steps, "first_difference": self.first_difference,
                 "recorded_return": self.recorded_return, "replayed_return": self.replayed_return,
-                "seconds": round(self.seconds, 3), "video": self.video, "complete": self.complete,
+                "seconds": round(self.seconds, 3), "video": self.video, "complete": self.complete, "notes": self.notes,
                 "row": {k: v for k, v in self.row.items() if k != "kwargs"}}
 
     def __str__(self) -> str:
@@ -61,20 +66,24 @@ class Replay:
             f", task {task}" if task is not None else "")
         head = f"episode {self.episode} ({where}): {self.steps} steps replayed in {self.seconds:.1f}s"
         cut = "" if self.complete else " (the recording stops there: its worker stopped mid-episode)"
+        notes = "".join(f"\nnote: {note}" for note in self.notes)
         if self.identical:
-            return f"{head}; every step identical to the recording{cut} (return {self.replayed_return:g})"
+            return f"{head}; every step identical to the recording{cut} (return {self.replayed_return:g}){notes}"
         diff = self.first_difference
         if diff is None:
-            return f"{head}; the recording has {self.recorded_steps} steps"
-        return f"{head}; first difference at {diff['what']}: {diff['detail']}"
+            return f"{head}; the recording has {self.recorded_steps} steps{notes}"
+        return f"{head}; first difference at {diff['what']}: {diff['detail']}{notes}"
 
 
-def replay(run: str, episode: str | int, *, actions: dict[str, np.ndarray] | None = None, video: str | None = None) -> Replay:
+def replay(run: str, episode: str | int, *, actions: dict[str, np.ndarray] | None = None, video: str | None = None,
+           actions_from: str | None = None) -> Replay:
     """Replay ``episode`` of the run directory ``run`` (or of the latest run in a report directory).
 
-    ``actions`` replace the recorded ones (``{action key: [T, ...]}``); ``video`` (a ``.png`` or ``.gif``
-    path) receives the frames. Raises :class:`~topo.errors.UsageError` for an unknown episode, a run that
-    recorded no actions, or a video of an env without images.
+    ``actions`` replace the recorded ones (``{action key: [T, ...]}``; ``actions_from``: the file they came from,
+    named when they do not fit); ``video`` (a ``.png`` or ``.gif`` path) receives the frames. Raises
+    :class:`~topo.errors.UsageError` for an unknown episode, a run that recorded no actions, actions the env
+    does not take, or a video of an env without images; :class:`~topo.errors.RecordError` for a record that
+    is not as its run wrote it (the file and line named), before any env is built.
     """
     from topo.envs.recording import EpisodeLog, decode_seed_state, restore_seed_state
 
@@ -91,8 +100,14 @@ def replay(run: str, episode: str | int, *, actions: dict[str, np.ndarray] | Non
     if actions is None:
         actions = {k[len("action."):]: v for k, v in recorded.items() if k.startswith("action.")}
     started = time.monotonic()
-    env, parts = _build(found, episodes)
-    seed_state = None if parts is None else decode_seed_state(parts)
+    parts = None if found.id.eval else _seed_parts(found, episodes)
+    try:
+        seed_state = None if parts is None else decode_seed_state(parts)
+    except ValueError as err:
+        raise RecordError(_life_path(found), f"episode {found.id}: {err}", hint=FOREIGN_HINT) from None
+    env = _build(found, episodes)
+    notes = [f"its {name} state was not recorded ({why}): the replay starts without it"
+             for name, why in (found.start.get("unrecorded") or {}).items()]
     memory = _Memory()
     log = EpisodeLog(memory, row=found.id.row, restart=found.id.restart, seed=found.start.get("seed"),
                      eval=found.id.eval, actions=True)
@@ -100,8 +115,13 @@ def replay(run: str, episode: str | int, *, actions: dict[str, np.ndarray] | Non
 
     wrapped = log.install(env)
     try:
+        _check_actions(actions, wrapped, actions_from)
         if seed_state is not None:
-            restore_seed_state(env, seed_state)
+            try:
+                restore_seed_state(env, seed_state)
+            except (TypeError, ValueError, RuntimeError, KeyError, IndexError, OverflowError) as err:
+                raise RecordError(_life_path(found), f"episode {found.id}: its seed state does not fit this env: "
+                                  f"{err}", hint=FOREIGN_HINT) from None
         td = wrapped.reset()
         frames = [_frame(td)]
         steps = len(next(iter(actions.values()))) if actions else 0
@@ -121,10 +141,13 @@ def replay(run: str, episode: str | int, *, actions: dict[str, np.ndarray] | Non
     diff = _first_difference(recorded, replayed)
     result = Replay(str(found.id), run_dir, found.row, steps, len(recorded["digests"]) - 1, diff,
                     time.monotonic() - started, (found.end or {}).get("return"), float(replayed["rewards"].sum()),
-                    complete=found.end is not None)
+                    complete=found.end is not None, notes=notes)
     if video:
         result.video = _write_video(video, [f for f in frames if f is not None])
     return result
+
+
+FOREIGN_HINT = "a run directory is replayed by the topo that recorded it, from its own files; record the run again"
 
 
 def _run_dir(run: str) -> str:
@@ -134,21 +157,57 @@ def _run_dir(run: str) -> str:
         raise UsageError(str(err)) from None
 
 
+def _life_path(found: Episode) -> str:
+    return os.path.join(found.folder, found.id.life + ".jsonl")
+
+
+def _seed_parts(found: Episode, episodes: Episodes) -> dict[str, bytes]:
+    """The blobs of the seed state recorded at the episode's reset, each checked against its digest."""
+    parts = {}
+    for name, ref in found.start["state"].items():
+        text = episodes.blobs.get(ref)
+        try:
+            blob = None if text is None else base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            blob = None
+        if blob is None:
+            raise RecordError(_life_path(found), f"episode {found.id}: its {name} state refers to blob {ref}, which "
+                              "no record of its run holds as base64", hint=FOREIGN_HINT)
+        if hashlib.blake2b(blob, digest_size=16).hexdigest() != ref:
+            raise RecordError(_life_path(found), f"episode {found.id}: its {name} state's blob does not match its "
+                              f"digest {ref}: it was changed after it was recorded", hint=FOREIGN_HINT)
+        parts[name] = blob
+    return parts
+
+
 def _build(found: Episode, episodes: Episodes):
-    """The env the episode's worker built, and the seed state to give it before the reset (None: an eval
-    episode's schedule sets it up itself)."""
+    """The env the episode's worker built (an eval episode's: its schedule sets it up), with the seed of its
+    worker life; a record whose seed is not that life's is of another run."""
     row = found.row
     if not row:
         raise UsageError(f"the plan in {episodes.run_dir} has no row for episode {found.id}")
+    try:
+        check_compatible(episodes.plan)
+    except StalePlanError as err:
+        raise RecordError(os.path.join(episodes.run_dir, "launch.json"), f"{err} (a run directory of another topo)",
+                          hint="replay it with the topo that recorded it") from None
     if found.id.eval:
-        return _eval_env(row, found), None
-    rows = restart_rows(episodes.plan, row["subcollector"], found.id.restart)
-    kwargs = rows[row["index"]]["kwargs"]
+        return _eval_env(row, found)
+    try:
+        kwargs = restart_rows(episodes.plan, row["subcollector"], found.id.restart)[row["index"]]["kwargs"]
+        builder, env_kwargs = kwargs["builder"], dict(kwargs["env"])
+    except (KeyError, TypeError, IndexError, ValueError) as err:
+        raise RecordError(os.path.join(episodes.run_dir, "launch.json"), f"its plan has no usable row for episode "
+                          f"{found.id} ({type(err).__name__}: {err})", hint=FOREIGN_HINT) from None
+    if found.start.get("seed") != kwargs.get("seed"):
+        raise RecordError(_life_path(found), f"episode {found.id} was recorded with seed {found.start.get('seed')}, "
+                          f"but its worker life in this run's plan has seed {kwargs.get('seed')}: a record of another "
+                          "run", hint=FOREIGN_HINT)
     render = {key: kwargs.get(key) for key in ("render_gpu", "render_numbering", "render_fallback")}
-    env = import_builder(kwargs["builder"])(dict(kwargs["env"]), **render)
+    env = import_builder(builder)(env_kwargs, **render)
     if kwargs.get("seed") is not None:
         env.set_seed(kwargs["seed"])
-    return env, {name: base64.b64decode(episodes.blobs[ref]) for name, ref in found.start["state"].items()}
+    return env
 
 
 def _eval_env(row: dict, found: Episode):
@@ -173,7 +232,7 @@ class _Memory:
         self.chunks: list[bytes] = []
 
     def blobs(self, parts):
-        return {}, {}
+        return {}, {}, {}
 
     def write(self, record: dict) -> None:
         pass
@@ -200,6 +259,24 @@ def _first_difference(recorded: dict[str, np.ndarray], replayed: dict[str, np.nd
         return {"step": t, "what": f"step {t}", "detail": f"the replay ended after {len(got) - 1} steps, the recording "
                                                           f"after {len(want) - 1}"}
     return None
+
+
+def _check_actions(actions: dict[str, np.ndarray], env, source: str | None) -> None:
+    """Actions this env takes: one array per action key of its spec, each with a step axis, all as long."""
+    where = f"{source}: " if source else ""
+    keys = {".".join(k) if isinstance(k, tuple) else k for k in env.full_action_spec.keys(True, True)}
+    unknown = sorted(set(actions) - keys)
+    if unknown:
+        raise UsageError(f"{where}the actions name {', '.join(map(repr, unknown))}, which this env does not take (its action "
+                         f"keys: {', '.join(sorted(keys))})")
+    lengths = {name: (len(v) if v.ndim else None) for name, v in actions.items()}
+    if None in lengths.values() or len(set(lengths.values())) > 1:
+        raise UsageError(f"{where}the actions need one array per action key, each [steps, ...], all as long: got lengths "
+                         f"{lengths}")
+    for name, values in actions.items():
+        shape = tuple(env.full_action_spec[tuple(name.split(".")) if "." in name else name].shape)
+        if tuple(values.shape[1:]) != shape:
+            raise UsageError(f"{where}the actions {name!r} have shape {tuple(values.shape)}: each step's must be {shape}")
 
 
 def _tensor(value: np.ndarray, td, name: str, env):

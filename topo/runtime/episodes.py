@@ -10,13 +10,19 @@ JSON line per event in ``episodes/<life>.jsonl`` (``<life>``: ``w5.r0``, ``eval-
 
 - ``start``: the id, when, the seed the worker was given, the init state and group id the env reports,
   and the seed state at the reset: the global RNGs (torch, numpy, random) and the env's own state, each
-  a pickled blob stored once and referred to by its digest when it recurs (``blobs``);
+  plain data (:mod:`topo.envs.seed_codec`, never a pickle) stored once as a blob and referred to by its
+  digest when it recurs (``blobs``; a part that is no plain data is left out and named in ``unrecorded``);
 - ``end``: steps, return, success, how it ended, and with ``launch.record_actions`` where its actions
   and per-step observation digests lie in ``<life>.steps`` (offset, length: an ``.npz``).
 
 Each subcollector writes, per batch, which policy versions acted in which episode
 (``episodes/versions.sub<c>.r<k>.jsonl``). :class:`Episodes` joins them with the plan rows: what
 ``topo runs show`` lists and :func:`topo.runtime.episodes` returns. Pure: imports neither torch nor numpy.
+
+A run directory travels (``here is the failing episode``), so its records are read as data within bounds
+(:data:`~topo.compiler.limits.MAX_RECORD_BYTES` a line, :data:`~topo.compiler.limits.MAX_STEPS_BYTES` a chunk of steps): a
+record of the wrong shape, of another worker life, or past a bound is a :class:`~topo.errors.RecordError`
+naming the file and line; only a last line cut short (a worker killed mid-write) is skipped.
 """
 from __future__ import annotations
 
@@ -25,6 +31,9 @@ import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator
+
+from topo.errors import RecordError
+from topo.compiler.limits import MAX_PLAN_BYTES, MAX_RECORD_BYTES, MAX_STEPS_BYTES, count
 
 KEY = "topo_episode"  # the batch key
 FOLDER = "episodes"
@@ -193,11 +202,19 @@ class Episodes:
             raise LookupError(f"episode {episode.id} has no recorded steps: the run recorded no actions: set "
                               "launch.record_actions: true in the spec")
         blobs = []
-        with open(os.path.join(episode.folder, episode.id.life + ".steps"), "rb") as f:
-            for offset, length in episode.chunks:
-                f.seek(offset)
-                blobs.append(f.read(length))
-        return joined(blobs)
+        path = os.path.join(episode.folder, episode.id.life + ".steps")
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                for offset, length in episode.chunks:
+                    if offset + length > size:
+                        raise RecordError(path, f"episode {episode.id}'s steps at bytes {offset:,}-{offset + length:,} "
+                                          f"lie past the file's end ({size:,} bytes)", hint=RECORD_HINT)
+                    f.seek(offset)
+                    blobs.append(f.read(length))
+        except OSError as err:
+            raise RecordError(path, f"episode {episode.id}'s recorded steps cannot be read: {err.strerror}") from None
+        return joined(blobs, path)
 
     def select(self, *, task: int | None = None, worker: int | None = None, subcollector: int | None = None,
                version: int | None = None, min_return: float | None = None, max_return: float | None = None,
@@ -219,7 +236,11 @@ class Episodes:
         return out
 
     def _read_life(self, path: str) -> None:
-        for record in _lines(path):
+        life = os.path.basename(path)[:-len(".jsonl")]
+        for line, record in _lines(path):
+            problem = _life_problem(record, life)
+            if problem:
+                raise RecordError(path, problem, line=line, hint=RECORD_HINT)
             self.blobs.update(record.get("blobs") or {})
             key = EpisodeId.of(record["id"])
             event = record.get("event")
@@ -231,9 +252,18 @@ class Episodes:
                 self._episodes[key].end = record
 
     def _read_versions(self, path: str) -> None:
-        for record in _lines(path):
-            for value, version, steps in record.get("pairs", []):
-                episode = self._episodes.get(EpisodeId.of(value))
+        for line, record in _lines(path):
+            pairs = record.get("pairs", []) if isinstance(record, dict) else None
+            if not (isinstance(pairs, list) and all(
+                    isinstance(p, list) and len(p) == 3 and _int(p[0]) and (p[1] is None or _int(p[1]))
+                    and _int(p[2]) for p in pairs)):
+                raise RecordError(path, "not a record of policy versions ({pairs: [[episode, version, steps]]})",
+                                  line=line, hint=RECORD_HINT)
+            for value, version, steps in pairs:
+                try:
+                    episode = self._episodes.get(EpisodeId.of(value))
+                except ValueError:
+                    continue  # an eval worker's idle steps
                 if episode is not None:
                     episode.versions[version] = episode.versions.get(version, 0) + steps
 
@@ -241,14 +271,52 @@ class Episodes:
         if self.plan is None:
             return {}
         # an eval run's own plan has its eval rows as subcollectors; a training plan has them under "eval"
-        subs = self.plan["subcollectors"]
-        if key.eval and self.plan.get("eval"):
-            subs = self.plan["eval"]["subcollectors"]
-        rows = [row for sub in subs for row in sub["workers"]]
-        return next((row for row in rows if row.get("global_index") == key.row), {})
+        try:
+            subs = self.plan["subcollectors"]
+            if key.eval and self.plan.get("eval"):
+                subs = self.plan["eval"]["subcollectors"]
+            rows = [row for sub in subs for row in sub["workers"]]
+            return next((row for row in rows if row.get("global_index") == key.row), {})
+        except (KeyError, TypeError, AttributeError) as err:
+            raise RecordError(os.path.join(self.run_dir, "launch.json"), f"its plan is not a topo plan "
+                              f"({type(err).__name__}: {err})", hint=RECORD_HINT) from None
 
 
-def joined(blobs: list[bytes]) -> dict[str, Any]:
+RECORD_HINT = "topo reads the records a run of this topo wrote, as it wrote them; keep or copy a run directory whole"
+_EVENTS = ("start", "steps", "end")
+
+
+def _int(value: Any) -> bool:
+    return type(value) is int
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+
+
+def _life_problem(record: Any, life: str) -> str | None:
+    """What makes ``record`` no record of worker life ``life`` (None: it is one)."""
+    if not isinstance(record, dict) or record.get("event") not in _EVENTS or not _int(record.get("id")):
+        return "not an episode record (a JSON object with an event start, steps or end, and an int id)"
+    try:
+        key = EpisodeId.of(record["id"])
+    except ValueError as err:
+        return str(err)
+    if key.life != life:
+        return f"a record of episode {key}, of worker life {key.life}, in the records of {life}"
+    if record["event"] == "start" and not (_strings(record.get("state")) and _strings(record.get("blobs") or {})
+                                           and _strings(record.get("unrecorded") or {})):
+        return f"episode {key}'s start record has a state, blobs or unrecorded that is not a mapping of str to str"
+    if record["event"] == "steps":
+        at = record.get("at")
+        if not (isinstance(at, list) and len(at) == 2 and all(_int(n) and n >= 0 for n in at)):
+            return f"episode {key}'s steps record has no [offset, length] of its steps"
+        if at[1] > MAX_STEPS_BYTES:
+            return f"episode {key}'s steps take {count(at[1])} bytes (limit {count(MAX_STEPS_BYTES)})"
+    return None
+
+
+def joined(blobs: list[bytes], path: str = "<steps>") -> dict[str, Any]:
     """Chunks of recorded steps (``.npz`` blobs, in order) as one episode's arrays. Imports numpy."""
     import io
 
@@ -256,29 +324,97 @@ def joined(blobs: list[bytes]) -> dict[str, Any]:
 
     parts: dict[str, list] = {}
     for blob in blobs:
-        with np.load(io.BytesIO(blob)) as data:
-            for key in data.files:
-                parts.setdefault(key, []).append(data[key])
-    return {key: np.concatenate(values) for key, values in parts.items()}
+        for key, value in arrays(io.BytesIO(blob), path, MAX_STEPS_BYTES).items():
+            parts.setdefault(key, []).append(value)
+    try:
+        return {key: np.concatenate(values) for key, values in parts.items()}
+    except ValueError as err:
+        raise RecordError(path, f"its chunks of steps do not join: {err}", hint=RECORD_HINT) from None
+
+
+def arrays(source: Any, path: str, limit: int) -> dict[str, Any]:
+    """The arrays of an ``.npz`` (a file or a stream), numbers only: never a pickle, at most ``limit`` bytes
+    uncompressed (checked before any is read). :class:`~topo.errors.RecordError` says what it holds instead."""
+    import zipfile
+
+    import numpy as np
+
+    try:
+        with zipfile.ZipFile(source) as archive:
+            members = archive.infolist()
+            total = sum(m.file_size for m in members)
+            if total > limit:
+                raise RecordError(path, f"its arrays take {count(total)} bytes (limit {count(limit)})")
+            out = {}
+            for member in members:
+                name = member.filename[:-len(".npy")] if member.filename.endswith(".npy") else member.filename
+                with archive.open(member) as f:
+                    out[name] = _npy(f, member.file_size, path, name)
+            return out
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError) as err:
+        raise RecordError(path, f"not an .npz of arrays ({type(err).__name__}: {err})",
+                          hint="np.savez(path, name=array, ...) writes one") from None
+
+
+def _npy(f, size: int, path: str, name: str):
+    """One ``.npy`` member of ``size`` bytes: its header read first, numbers only, its shape within its bytes."""
+    import numpy as np
+
+    fmt = np.lib.format
+    version = fmt.read_magic(f)
+    if version not in ((1, 0), (2, 0)):
+        raise ValueError(f"array {name!r} has .npy format version {version}")
+    shape, fortran, dtype = (fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0)(f)
+    if dtype.kind not in "biufc" or dtype.fields is not None:
+        raise RecordError(path, f"its array {name!r} holds {dtype} values, not numbers: topo reads numbers only")
+    nbytes = dtype.itemsize
+    for n in shape:
+        nbytes *= n
+    if nbytes > size:
+        raise ValueError(f"array {name!r} of shape {shape} needs {nbytes:,} bytes, its member holds {size:,}")
+    data = f.read(nbytes)
+    if len(data) != nbytes:
+        raise ValueError(f"array {name!r} is cut short")
+    return np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C").copy()
 
 
 def _plan(run_dir: str) -> dict[str, Any] | None:
-    """The plan a run directory's ``launch.json`` holds (None: not a topo run directory)."""
+    """The plan a run directory's ``launch.json`` holds (None: none, or not a mapping)."""
+    path = os.path.join(run_dir, "launch.json")
     try:
-        with open(os.path.join(run_dir, "launch.json")) as f:
-            return json.load(f).get("plan")
-    except (OSError, ValueError):
+        with open(path, "rb") as f:
+            data = f.read(MAX_PLAN_BYTES + 1)
+    except OSError:
         return None
+    if len(data) > MAX_PLAN_BYTES:
+        raise RecordError(path, f"more than {count(MAX_PLAN_BYTES)} bytes (limit {count(MAX_PLAN_BYTES)})")
+    try:
+        launch = json.loads(data)
+    except (ValueError, RecursionError) as err:
+        raise RecordError(path, f"not JSON ({err})", hint=RECORD_HINT) from None
+    plan = launch.get("plan") if isinstance(launch, dict) else None
+    return plan if isinstance(plan, dict) else None
 
 
-def _lines(path: str) -> Iterator[dict[str, Any]]:
-    """The JSON records of a ``.jsonl`` file; a last line cut short by a killed worker is skipped."""
-    with open(path) as f:
-        for line in f:
+def _lines(path: str) -> Iterator[tuple[int, Any]]:
+    """(line number, JSON value) of each line of a ``.jsonl`` file, within :data:`MAX_RECORD_BYTES` a line; a
+    last line cut short (no newline: a killed worker, or one writing now) is skipped."""
+    with open(path, "rb") as f:
+        number = 0
+        while True:
+            line = f.readline(MAX_RECORD_BYTES + 1)
+            if not line:
+                return
+            number += 1
+            if len(line) > MAX_RECORD_BYTES:
+                raise RecordError(path, f"a line of more than {count(MAX_RECORD_BYTES)} bytes (limit "
+                                  f"{count(MAX_RECORD_BYTES)})", line=number, hint=RECORD_HINT)
             try:
-                yield json.loads(line)
-            except ValueError:
-                continue
+                yield number, json.loads(line)
+            except (ValueError, RecursionError) as err:
+                if not line.endswith(b"\n"):
+                    return
+                raise RecordError(path, f"not a JSON record ({err})", line=number, hint=RECORD_HINT) from None
 
 
 def find_run(path: str) -> str:
