@@ -63,6 +63,7 @@ FILLED = {
     "assignment.seeds.strategy": lambda s: s.seed_strategy,
     "assignment.render_devices.numbering": lambda s: s.render_numbering,
     "assignment.render_devices.device_zero_fallback": lambda s: s.render_fallback,
+    "collector.mode": lambda s: s.mode,
     "collector.sync": lambda s: s.sync,
     "collector.total_frames": lambda s: s.total_frames,
     "launch.startup_timeout": lambda s: s.startup_timeout,

@@ -15,7 +15,7 @@ import importlib
 import importlib.metadata
 import re
 
-from topo.backends.base import Assignment, Backend, BatchKeys, TaskCatalog
+from topo.backends.base import Assignment, Backend, BatchKeys, Layout, TaskCatalog
 
 GROUP = "topo.backends"
 _BUILTIN = {
@@ -25,7 +25,7 @@ _BUILTIN = {
 }
 FACTORY_PATH = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
 
-__all__ = ["Assignment", "Backend", "BatchKeys", "PluginError", "TaskCatalog", "available", "get_backend",
+__all__ = ["Assignment", "Backend", "BatchKeys", "Layout", "PluginError", "TaskCatalog", "available", "get_backend",
            "is_factory_path", "names"]
 
 

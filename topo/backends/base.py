@@ -57,6 +57,20 @@ class BatchKeys(NamedTuple):
     group: str | None = "group_id"  # the GRPO group id, in the plan's blocks of ``topo.compiler.assign.GROUP_ID_OFFSET``
 
 
+#: bytes of an instruction in an async request slot (utf-8, zero-padded): longer ones are refused at validate
+INSTRUCTION_BYTES = 256
+
+
+class Layout(NamedTuple):
+    """What one env's observations and actions hold, declared without building it: ``collector.mode: async``
+    sizes its shared-memory request slots from it (torchrl would build an env in the trainer to learn it).
+    Keys are dotted (``"observation.image"``); each value is ``(shape, dtype)``, the dtype a torch name."""
+
+    observation: Mapping[str, tuple[tuple[int, ...], str]]
+    action: Mapping[str, tuple[tuple[int, ...], str]]
+    instruction: str | None = "language_instruction"  # a string key the policy may read (None: the env has none)
+
+
 class Backend:
     """Base class: subclasses set the class attributes and override what they need."""
 
@@ -113,6 +127,11 @@ class Backend:
 
     def catalog(self, env_kwargs: Mapping[str, Any]) -> TaskCatalog | None:
         """Tasks this env family offers, or None when it has no notion of tasks."""
+        return None
+
+    def layout(self, env_kwargs: Mapping[str, Any]) -> Layout | None:
+        """The observation and action layout of workers built with these shared kwargs; None: unknown without
+        building an env (``collector.mode: async`` is then refused at validate)."""
         return None
 
     def check(self, env_kwargs: Mapping[str, Any], path: Sequence[str | int]) -> list[Diagnostic]:

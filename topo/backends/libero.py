@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from topo.checks import FAIL, OK, WARN, Check
 from topo.diagnostics import Diagnostic, error, ids_text
-from topo.backends.base import Assignment, Backend, TaskCatalog
+from topo.backends.base import Assignment, Backend, Layout, TaskCatalog
 
 SCENE_FILE = Path("scenes") / "libero_tabletop_base_style.xml"  # the first asset a LIBERO env loads
 STANDARD_SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_10", "libero_90")
@@ -191,6 +191,20 @@ class LiberoBackend(Backend):
         """The suite's tasks, or None when libero is missing or the suite unknown (see :meth:`check`)."""
         suite = env_kwargs.get("task_suite")
         return suite_catalog(suite) if isinstance(suite, str) else None
+
+    def layout(self, env_kwargs: Mapping[str, Any]) -> Layout | None:
+        """LiberoEnv's: ``observation.image`` uint8 [3, camera_height, camera_width] (and ``wrist_image`` with a
+        wrist camera), ``observation.state`` float32 [9] (eef position 3, quaternion 4, gripper 2), ``action``
+        float32 [7]; unknown when ``proprio_keys`` choose another state."""
+        if "proprio_keys" in env_kwargs:
+            return None
+        h, w = env_kwargs.get("camera_height", DEFAULTS["camera_height"]), env_kwargs.get("camera_width",
+                                                                                           DEFAULTS["camera_width"])
+        image = ((3, h, w), "uint8")
+        observation = {"observation.image": image, "observation.state": ((9,), "float32")}
+        if env_kwargs.get("wrist_camera"):
+            observation["observation.wrist_image"] = image
+        return Layout(observation, {"action": ((7,), "float32")})
 
     def check(self, env_kwargs: Mapping[str, Any], path: Sequence[str | int]) -> list[Diagnostic]:
         path = tuple(path)

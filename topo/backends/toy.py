@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from topo.diagnostics import Diagnostic, error
-from topo.backends.base import Assignment, Backend, TaskCatalog
+from topo.backends.base import Assignment, Backend, Layout, TaskCatalog
 
 
 class ToyBackend(Backend):
@@ -23,6 +23,17 @@ class ToyBackend(Backend):
                              f"{state_dim} < 2 * {action_dim} = {2 * action_dim}", tuple(path) + ("state_dim",),
                              f"set state_dim: {2 * action_dim}"))
         return out
+
+    def layout(self, env_kwargs: Mapping[str, Any]) -> Layout | None:
+        """ToyVLAEnv's: ``observation.image`` uint8 ``image_shape``, ``observation.state`` float32 [state_dim],
+        ``action`` float32 [action_dim] (its constructor's defaults: [3, 16, 16], 6, 4)."""
+        image, state, action = (env_kwargs.get("image_shape", (3, 16, 16)), env_kwargs.get("state_dim", 6),
+                                env_kwargs.get("action_dim", 4))
+        if not (isinstance(image, (list, tuple)) and all(isinstance(d, int) for d in image)
+                and isinstance(state, int) and isinstance(action, int)):
+            return None
+        return Layout({"observation.image": (tuple(image), "uint8"), "observation.state": ((state,), "float32")},
+                      {"action": ((action,), "float32")})
 
     def default_instruction(self, task_id: int | None, catalog: TaskCatalog | None) -> str | None:
         return None if task_id is None else f"toy task {task_id}"

@@ -97,7 +97,8 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
         "spec": {"path": source.file, "sha256": source.sha256, "variables": dict(sorted(source.variables.items()))},
         "env": {"backend": spec.backend, "builder": backend.builder, "kwargs": shared, **_with_options({}, options)},
         "start_methods": {"subcollectors": spec.start_subcollectors, "workers": spec.start_workers},
-        "collector": {"sync": spec.sync, "frames_per_batch": spec.frames_per_batch, "total_frames": spec.total_frames},
+        "collector": {"sync": spec.sync, "frames_per_batch": spec.frames_per_batch, "total_frames": spec.total_frames,
+                      **({"mode": spec.mode} if spec.mode != "multi" else {})},  # absent: multi (plans stay as they were)
         "launch": {
             "startup_timeout": spec.startup_timeout,
             "shutdown_timeout": spec.shutdown_timeout,

@@ -39,10 +39,14 @@ def table(plan: dict[str, Any], limit: int | None = None, width: int = 120) -> s
         f"workers, backend {plan['env']['backend']}, start {start['subcollectors']}/{start['workers']}, "
         f"spec sha256 {plan['spec']['sha256'][:12]}",
     ]
+    if plan["collector"].get("mode") == "async":
+        lines.append(f"collector: async, one AsyncBatchedCollector over all {plan['coverage']['workers']} workers (no "
+                     f"barrier), {plan['collector']['frames_per_batch']} frames per batch, the policy in one inference "
+                     "server process that the env workers reach through shared-memory slots")
     policy = plan.get("policy")
     if policy:
-        where = "one inference server" if policy["placement"] == "server" else \
-            f"each subcollector, weights by {policy['weight_sync']}"
+        where = "one inference server" if policy["placement"] == "server" or plan["collector"].get("mode") == "async" \
+            else f"each subcollector, weights by {policy['weight_sync']}"
         lines.append(f"policy {policy['factory']}({_kwargs(policy['kwargs'])}) in {where}, device {policy['device'] or 'cpu'}")
     recycle = plan["launch"].get("recycle")
     if recycle:

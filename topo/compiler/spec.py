@@ -167,6 +167,7 @@ class Spec:
     metadata_from_workers: bool
     use_buffers: bool
     policy: Policy | None = None
+    mode: str = "multi"  # collector.mode: 'multi' (torchrl's multi collectors) or 'async' (one AsyncBatchedCollector)
     placement: Placement = Placement()
     eval: Eval | None = None  # None: no eval section
     written: frozenset[tuple[str, ...]] = frozenset()  # key paths the spec gives a value, down to the third level
@@ -231,6 +232,7 @@ def from_data(data: Mapping[str, Any]) -> Spec:
     devices = assign.get("render_devices") or {}
     gpus = assign.get("render_gpus") or devices.get("ids")
     sync = collector.get("sync", True)
+    mode = collector.get("mode", "multi")
     policy = data.get("policy")
     return Spec(
         name=data.get("name", "topology"),
@@ -259,7 +261,8 @@ def from_data(data: Mapping[str, Any]) -> Spec:
         render_numbering=devices.get("numbering", "cuda"),
         render_fallback=devices.get("device_zero_fallback", False),
         sync=sync,
-        frames_per_batch=collector.get("frames_per_batch") or default_frames_per_batch(workers, sync),
+        frames_per_batch=collector.get("frames_per_batch") or default_frames_per_batch(workers, sync or mode == "async"),
+        mode=mode,
         total_frames=collector.get("total_frames", -1),
         startup_timeout=float(launch.get("startup_timeout", DEFAULT_STARTUP_TIMEOUT)),
         shutdown_timeout=launch.get("shutdown_timeout"),

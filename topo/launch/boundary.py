@@ -28,7 +28,7 @@ DROPPABLE = {"restarts": "restarts and subcollector hang detection are off (a fa
              "ray-restarts": "restarts of Ray actors are off (a failure ends the run)",
              "replay-buffer-check": "a replay buffer whose storage would make torchrl build an env in the trainer "
                                     "is no longer refused"}
-FEATURES = ("collector", "restarts", "ray-restarts", "policy-server", "replay-buffer-check", "libero")
+FEATURES = ("collector", "restarts", "ray-restarts", "policy-server", "replay-buffer-check", "libero", "async")
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,12 @@ NAMES: tuple[Name, ...] = (
          "under placement.engine ray: the server as a Ray actor (service_backend='ray')"),
     Name("replay-buffer-check", "torchrl.data", "ReplayBuffer", "an uninitialised storage is refused (torchrl "
          "would build subcollector 0's envs in the trainer)", kind="instance", members=("_storage",)),
+    Name("async", "torchrl.collectors", "AsyncBatchedCollector", "collector.mode: async"),
+    Name("async", "torchrl.collectors._async_batched", "AsyncBatchedCollector._ensure_started",
+         "the env workers and the server started inside topo's launch window (torchrl starts them at the first batch)"),
+    Name("async", "torchrl.collectors._async_batched", "_ENV_IDX_KEY", "the batch key naming each step's env worker"),
+    Name("async", "torchrl.modules.inference_server", "ProcessSlotTransport", "async: the slots, from declared layouts"),
+    Name("async", "torchrl.modules.inference_server", "InferenceServerConfig", "async: the server's batching"),
     Name("libero", "torchrl.envs.libs.libero", "LiberoEnv._reset", "builder options around each reset"),
     Name("libero", "torchrl.envs.libs.libero", "LiberoEnv._select_init_state", "fixtures_by_init_state"),
     Name("libero", "torchrl.envs.libs.libero", "LiberoEnv._set_seed", "env.set_seed(seed) in each worker"),
@@ -198,6 +204,8 @@ def features_of(plan: dict[str, Any], policy_placement: str | None) -> tuple[str
         needed.append("policy-server")
     if any(row["kwargs"].get("backend") == "libero" for sub in plan["subcollectors"] for row in sub["workers"]):
         needed.append("libero")
+    if (plan.get("collector") or {}).get("mode") == "async":
+        needed.append("async")
     needed.append("replay-buffer-check")
     return tuple(needed)
 
@@ -339,3 +347,15 @@ def ray_new_weight_scheme(scheme):
 def set_weight_scheme(collector, scheme) -> None:
     """Make ``scheme`` the collector's weight-sync scheme for the policy."""
     collector._weight_sync_schemes["policy"] = scheme
+
+
+def start_async(collector) -> None:
+    """Start an ``AsyncBatchedCollector``'s env workers and inference server now (torchrl: at the first batch)."""
+    collector._ensure_started()
+
+
+def env_index_key() -> str:
+    """The key of an ``AsyncBatchedCollector`` batch that holds each step's env worker (its index in the list)."""
+    from torchrl.collectors._async_batched import _ENV_IDX_KEY
+
+    return _ENV_IDX_KEY

@@ -12,7 +12,8 @@ from topo.compiler.plan import engine
 class Engine(Protocol):
     """``capabilities``: ``restarts`` (its collector restarts a subcollector in place: launch.restarts,
     hang_timeout), ``weight_updates`` (the trainer's weights reach every acting copy: run.update_weights),
-    ``collector_acks`` (the collector waits for each weight acknowledgement itself, so a scheme need not)."""
+    ``collector_acks`` (the collector waits for each weight acknowledgement itself, so a scheme need not),
+    ``serves_policy`` (its collector starts the policy server itself: the run gives it the policy setup, no placement)."""
 
     name: str
     capabilities: frozenset[str]
@@ -44,6 +45,10 @@ class Engine(Protocol):
 def engine_for(plan: dict[str, Any], *, restarts: bool = True) -> Engine:
     """The engine the plan's ``placement.engine`` names; ``restarts``: whether the installed torchrl allows
     restarting a subcollector in place (:mod:`.boundary`)."""
+    if plan["collector"].get("mode") == "async":
+        from topo.launch.async_engine import AsyncEngine
+
+        return AsyncEngine()
     if engine(plan) == "ray":
         from topo.launch.ray import RayEngine
 

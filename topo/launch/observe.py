@@ -42,7 +42,7 @@ def hook(batch: Any, user_hook: Callable | None = None) -> None:
     if run is not None and "index" in _here:
         _here["batches"] += 1
         if _here["first"] is None:
-            _here.update(first=[_worker(batch[w], _here["keys"]) for w in range(batch.shape[0])], first_time=time.time())
+            _here.update(first=[worker_seen(batch[w], _here["keys"]) for w in range(batch.shape[0])], first_time=time.time())
         versions = batch.get("policy_version", None)
         k = restart_number()
         episode_versions.record(run.path, _here["index"], k, _here["batches"], batch)
@@ -66,7 +66,8 @@ def hooks_with(pre: Callable | None, post: Callable | None) -> dict[str, Callabl
             "post_collect_hook": functools.partial(hook, user_hook=post) if post is not None else hook}
 
 
-def _worker(td: Any, keys: Any) -> dict:
+def worker_seen(td: Any, keys: Any) -> dict:
+    """What one worker's steps show: its instructions and group blocks (the fields its plan row fixes)."""
     seen: dict[str, list] = {}
     instructions = td.get(keys.instruction, None) if keys.instruction else None
     if instructions is not None:

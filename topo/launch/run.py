@@ -251,6 +251,11 @@ class _Wiring:
         if policy is not None and "weight_updates" not in engine.capabilities:
             raise UsageError(f"placement.engine {engine.name} cannot push weights: each subcollector builds its copy "
                              "from the policy factory and keeps its weights (drop policy=)")
+        if "serves_policy" in engine.capabilities:  # the engine's collector starts the server (async mode)
+            if setup is None:
+                raise UsageError("collector.mode async serves a policy: give the spec a policy section or policy_factory=")
+            engine.policy_setup = setup
+            return cls(setup, features, torchrl, engine, None)
         placement = Placement(setup, policy, len(plan["subcollectors"]), weight_sync=engine.weight_sync,
                               collector_acks="collector_acks" in engine.capabilities) if setup else None
         if placement is not None:

@@ -28,8 +28,9 @@ def launch(spec: Spec, ctx: Context) -> list[Diagnostic]:
     if k is not None and k >= spec.total_workers:
         out.append(warning("max-concurrent-starts-unused", f"max_concurrent_starts {k} >= {spec.total_workers} workers: "
                            "it never limits anything", path + ("max_concurrent_starts",), "lower it or remove it"))
-    if len(spec.workers) != spec.subcollectors:
-        return out  # workers-list-length: the batch arithmetic would count the wrong subcollectors
+    if len(spec.workers) != spec.subcollectors or spec.mode == "async":
+        # workers-list-length: the arithmetic would count the wrong subcollectors; async: batches are flat, any size
+        return out
     fpb_path = ("collector", "frames_per_batch")
     per_sub = spec.frames_per_batch
     if spec.sync:

@@ -1,0 +1,77 @@
+"""collector.mode: async with real processes (toy, 2 x 2): the plan rows in the env workers, 0 envs built outside
+them, every step's row, episode and policy version, the report, a dead worker named by its row, nothing left."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+import topo
+
+from tests.launch.launch_helpers import HANG_GUARD_S, HERE, LAUNCH_LIMITS, alive, records, started_pids, subprocess_env, toy_spec, write
+from tests.launch.script_events import parse
+
+pytestmark = pytest.mark.slow
+POLICY = {"factory": "topo.policies.tinyvla:make", "kwargs": {"action_dim": 4, "image_size": 16, "state_dim": 8}}
+
+
+def async_spec(tmp_path):
+    launch = {**LAUNCH_LIMITS, "startup_timeout": 600}  # async workers are spawned: N torch imports on a shared host
+    return write(tmp_path / "async.yaml", toy_spec(2, 2, collector={"mode": "async", "frames_per_batch": 16},
+                                                   policy=POLICY, launch=launch))
+
+
+def train(spec, report, *args) -> list[dict]:
+    done = subprocess.run([sys.executable, str(HERE / "async_trainer.py"), str(spec), str(report), *map(str, args)],
+                          env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert done.returncode == 0, done.stderr
+    return list(parse(done.stdout))
+
+
+def test_async_rows_records_and_report(tmp_path):
+    spec, report = async_spec(tmp_path), tmp_path / "report"
+    events = train(spec, report, 4)
+    t_end = time.time()
+    plan = topo.compile_spec(str(spec))
+    rows = {(r["subcollector"], r["index"]): r for sub in plan["subcollectors"] for r in sub["workers"]}
+    batches = [e for e in events if e["event"] == "batch"]
+    assert [e for e in events if e["event"] == "launch-error"] == []
+    assert [b["frames"] for b in batches] == [16] * 4
+    assert all(b["versions"] == [0] and b["step_rows_match"] for b in batches)  # each step: its row's episode
+    assert all(tuple(r) in rows for b in batches for r in b["rows"])
+    (after,) = [e for e in events if e["event"] == "after"]
+    s = after["report"]
+    assert s["ok"] and s["plan"]["collector"]["mode"] == "async"
+    assert s["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 4}
+    markers = records(report, "markers")
+    built = [m for m in markers if m["name"] == "constructed"]
+    (server,) = [m for m in markers if m["name"] == "server"]
+    assert sorted((m["worker"]["subcollector"], m["worker"]["index"]) for m in built) == sorted(rows)
+    assert len({m["pid"] for m in built} | {server["pid"], s["processes"]["trainer_pid"]}) == 6  # one env per process
+    assert all(m["seed"] == rows[m["worker"]["subcollector"], m["worker"]["index"]]["seed"] for m in built)
+    assert s["seeds"]["mismatches"] == [] and s["env_closes"] == {"constructed": 4, "closed": 4}
+    assert [e["status"] for e in s["first_batch"]] != ["not observed"] * 2
+    assert all(e["status"] in ("ok", "not observed") and not e.get("mismatches") for e in s["first_batch"])
+    assert s["processes"]["left_behind"] == [] and s["processes"]["alive_after"] == []
+    assert alive(started_pids(report), t_end) == []
+    shown = subprocess.run([sys.executable, "-m", "topo", "runs", "show", s["run_dir"], "--format", "json"], env=subprocess_env(),
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert "push left" in shown.stdout and "push right" in shown.stdout
+
+
+def test_a_killed_async_worker_is_named_by_its_row_and_nothing_is_left(tmp_path):
+    spec, report = async_spec(tmp_path), tmp_path / "report"
+    events = train(spec, report, 50, "kill-worker")
+    t_end = time.time()
+    (killed,) = [e for e in events if e["event"] == "killed"]
+    (err,) = [e for e in events if e["event"] == "launch-error"]
+    assert (err["subcollector"], err["worker"]) == (1, 1)
+    assert f"env worker died while collecting without a traceback (killed by SIGKILL, pid {killed['pid']})" \
+        in err["message"]
+    (after,) = [e for e in events if e["event"] == "after"]
+    assert not after["report"]["ok"] and after["report"]["error"]["failure"]["kind"] == "worker-died"
+    assert after["report"]["processes"]["left_behind"] == []
+    assert alive(started_pids(report), t_end) == []

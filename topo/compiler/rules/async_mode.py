@@ -1,0 +1,60 @@
+"""Rules on ``collector.mode: async``: what one AsyncBatchedCollector over every worker can run, refused at
+validate with the reason, never found mid-run.
+
+Async mode keeps the plan rows, seeds, episode records and the report; it does not (yet) restart a dead or
+hung worker, recycle one, evaluate, run on Ray or take the trainer's weights: each is refused here.
+"""
+from __future__ import annotations
+
+from topo.backends.base import INSTRUCTION_BYTES
+from topo.diagnostics import Diagnostic, error
+from topo.compiler.spec import Spec
+from topo.compiler.rules.context import Context
+
+MULTI = "or use collector.mode: multi"
+
+
+def async_mode(spec: Spec, ctx: Context) -> list[Diagnostic]:
+    """Async mode needs a declared layout, a served policy, the local engine, and none of the features it lacks."""
+    if spec.mode != "async":
+        return []
+    out = []
+    mode = ("collector", "mode")
+    if ctx.backend is not None and ctx.backend.layout(spec.env_kwargs) is None:
+        out.append(error("async-layout-unknown", f"backend {spec.backend!r} declares no observation layout for these "
+                         "kwargs: async mode sizes its shared-memory request slots from it, and learning it would "
+                         "mean building an env in the trainer", mode,
+                         "give the backend a layout() (topo/backends/base.py; libero: leave proprio_keys out), " + MULTI))
+    if spec.policy is None:
+        out.append(error("async-needs-policy", "async mode serves the policy from one inference server process, "
+                         "built from a factory; the spec has no policy section", mode,
+                         "add policy: {factory: package.module:function}, " + MULTI))
+    elif spec.wrote("policy", "placement") and spec.policy.placement != "server" or spec.wrote("policy", "weight_sync"):
+        key = "weight_sync" if spec.wrote("policy", "weight_sync") else "placement"
+        out.append(error("async-policy-placement", "async mode serves the policy from one inference server: there is "
+                         "no copy per subcollector to place or to send weights to", ("policy", key),
+                         f"remove policy.{key}, " + MULTI))
+    if spec.placement.engine != "local":
+        out.append(error("async-needs-local-engine", f"async mode runs its env workers and server on this machine, "
+                         f"not under engine {spec.placement.engine!r}", ("placement", "engine"),
+                         "use placement.engine: local, " + MULTI))
+    if spec.wrote("collector", "sync") and not spec.sync:
+        out.append(error("async-sync-unused", "collector.sync chooses between torchrl's multi collectors; async mode "
+                         "has no barrier to drop", ("collector", "sync"), "remove collector.sync, " + MULTI))
+    supervise = "torchrl's AsyncBatchedCollector restarts no worker, and topo does not yet rebuild one from its row"
+    lacking = [(("launch", "restarts"), spec.restarts_max > 0, "restarts a dead or hung worker", supervise),
+               (("launch", "hang_timeout"), spec.hang_timeout is not None, "detects a hung worker", supervise),
+               (("launch", "recycle"), spec.recycle is not None, "recycles a worker past a health budget", supervise),
+               (("eval",), spec.eval is not None, "evaluates",
+                "the eval rows run in a multi collector of their own, beside a run whose weights they read")]
+    for path, written, what, why in lacking:
+        if written:
+            out.append(error("async-unsupported", f"async mode never {what}: {why}", path,
+                             f"remove {'.'.join(path)}, " + MULTI))
+    for task, text in sorted({**(ctx.catalog.language if ctx.catalog else {}), **spec.instructions}.items()):
+        if text is not None and len(text.encode()) > INSTRUCTION_BYTES:
+            where = ("assignment", "instructions", task) if task in spec.instructions else mode
+            out.append(error("async-instruction-too-long", f"task {task}'s instruction is {len(text.encode())} bytes: "
+                             f"an async request slot holds {INSTRUCTION_BYTES}", where,
+                             "shorten it, " + MULTI))
+    return out

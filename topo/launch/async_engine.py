@@ -1,0 +1,157 @@
+"""The async engine (``collector.mode: async``): one torchrl ``AsyncBatchedCollector`` over every plan row.
+
+Design: **one collector for the whole topology, its inference server a process of its own.** Subcollectors
+exist in multi mode to bound a barrier (each ``ParallelEnv`` step waits for its slowest env) and to give a
+policy copy a process; async mode has no barrier to bound, and one server batches whatever any env has
+ready, so a collector per subcollector would only split the server's batches and add a driver per
+subcollector. The plan's subcollectors stay in every row (records, blame, the first-batch check and the
+report name them as in multi mode). The server is torchrl's ``ProcessInferenceServer``, started by this
+process: the env workers reach it through a ``ProcessSlotTransport`` (shared-memory slots, semaphores
+only), so the trainer receives finished transitions and never relays a request, and a GPU policy sits on
+its device once, away from the trainer's training step.
+
+Every env worker runs :func:`topo.launch.async_slots.make_env` (:func:`topo.worker.make_env` plus the
+instruction as bytes) over its row's kwargs: ``create_env_kwargs`` per worker, one module-level factory.
+The slot layouts come from the backend's declared layout (:mod:`.async_slots`): no env is built in this
+process. Workers are started with ``spawn`` (a forkserver started here would outlive the run).
+
+What it cannot do (restarts, hang detection, recycles, evaluation, Ray, the trainer's weights) is refused
+at validate (:mod:`topo.compiler.rules.async_mode`); its capabilities are empty, so a run asks nothing more of it.
+"""
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import os
+import time
+from typing import Any, Callable
+
+from topo.runtime import heartbeat
+from topo.backends import BatchKeys, get_backend
+from topo.errors import UsageError
+from topo.runtime.rundir import RunDir
+from topo.launch import async_slots, boundary, episode_versions, observe
+
+
+class AsyncEngine:
+    """``AsyncBatchedCollector`` over the plan's rows, on this machine; ``policy_setup`` is set by the run."""
+
+    name = "async"
+    capabilities: frozenset[str] = frozenset({"serves_policy"})  # no restarts, weight updates or acks
+    weight_sync = None
+    policy_setup = None  # topo.launch.policy.PolicySetup: the spec's policy, or the caller's factory over it
+
+    def check(self, plan: dict[str, Any]) -> None:
+        """Nothing to reach."""
+
+    def connect(self, plan: dict[str, Any]) -> None:
+        """Nothing to join."""
+
+    def disconnect(self) -> None:
+        """Nothing to leave."""
+
+    def start_eval_round(self, collector, number: int) -> None:
+        """Never called: async mode refuses an eval section at validate."""
+
+    def supervise(self, collector, recovery) -> None:
+        """Never called: async mode has no restarts."""
+
+    def build(self, plan: dict[str, Any], **kwargs: Any):
+        """The collector, its server and env workers started and every env built; ``kwargs`` are the caller's
+        torchrl options (topo's ``pre_collect_hook`` stamps hang detection, which async mode refuses)."""
+        from torchrl.collectors import AsyncBatchedCollector
+        from torchrl.modules.inference_server import (InferenceDeviceConfig, InferenceServerConfig,
+                                                      ProcessSlotTransport)
+
+        setup, run = self.policy_setup, RunDir.current()
+        rows = [row for sub in plan["subcollectors"] for row in sub["workers"]]
+        layout = get_backend(plan["env"]["backend"]).layout(plan["env"]["kwargs"])
+        request, response, instruction = async_slots.slot_layouts(layout, setup.factory, setup.kwargs)
+        ctx = multiprocessing.get_context("spawn")
+        if run is not None:
+            for sub in plan["subcollectors"]:
+                _beats_file(run, sub["index"], sub["num_workers"])
+        pre = kwargs.pop("pre_collect_hook", None)
+        if getattr(pre, "keywords", {}).get("user_hook") is not None:
+            raise UsageError("collector.mode async takes no pre_collect_hook: torchrl's AsyncBatchedCollector calls "
+                             "none (use post_collect_hook, or collector.mode: multi)")
+        hook = Observer(plan, run, kwargs.pop("post_collect_hook", None))
+        collector = AsyncBatchedCollector(
+            [functools.partial(async_slots.make_env, instruction)] * len(rows),
+            create_env_kwargs=[row["kwargs"] for row in rows],
+            policy_factory=async_slots.server_factory(setup.factory, setup.kwargs, instruction),
+            frames_per_batch=plan["collector"]["frames_per_batch"], total_frames=plan["collector"]["total_frames"],
+            transport=ProcessSlotTransport(request, response, num_slots=len(rows), ctx=ctx),
+            env_backend="multiprocessing",
+            server_config=InferenceServerConfig(max_batch_size=len(rows)),
+            device_config=InferenceDeviceConfig(policy_device=setup.device or "cpu"),
+            transition_chunk_size=kwargs.pop("transition_chunk_size", _chunk(plan, len(rows))),
+            post_collect_hook=hook, **kwargs)
+        boundary.start_async(collector)
+        if run is not None:
+            _wait_built(run, len(rows))
+        return collector
+
+    def shutdown(self, collector, timeout: float) -> list[int | None]:
+        """Stop the env workers (each closes its env) and the server within ``timeout``; no subcollector exits."""
+        collector.shutdown(timeout=timeout, raise_on_error=False)
+        return []
+
+
+def _chunk(plan: dict[str, Any], workers: int) -> int:
+    """Transitions per worker message: a batch's share of one worker, at most torchrl's 64 (its ``auto`` takes
+    at least 64, and then a small batch holds the steps of one worker only)."""
+    return max(1, min(64, plan["collector"]["frames_per_batch"] // workers))
+
+
+def _beats_file(run: RunDir, index: int, workers: int) -> None:
+    """A zeroed beats file for subcollector ``index``'s workers (:mod:`topo.runtime.heartbeat`): their memory and steps."""
+    file = heartbeat.path(run.path, index, 0)
+    os.makedirs(os.path.dirname(file), exist_ok=True)
+    with open(file, "wb") as f:
+        f.write(bytes(heartbeat.SLOT.size * (1 + workers)))
+
+
+def _wait_built(run: RunDir, n: int) -> None:
+    """Until ``n`` envs are built; a failure meanwhile reaches this thread from the monitor (SIGINT)."""
+    while sum(1 for m in run.read_all("markers") if m["name"] == "constructed") < n:
+        time.sleep(0.05)
+
+
+class Observer:
+    """topo's ``post_collect_hook`` in async mode, in the trainer: each batch's steps split by the plan row that
+    took them (``env_index`` is the row's place in the plan), each subcollector's ``observed/`` record
+    written as a subcollector of multi mode writes it (:mod:`.observe`); then the user's hook."""
+
+    def __init__(self, plan: dict[str, Any], run: RunDir | None, user_hook: Callable | None):
+        self.rows = [(sub["index"], row["index"]) for sub in plan["subcollectors"] for row in sub["workers"]]
+        self.first = {sub["index"]: [None] * sub["num_workers"] for sub in plan["subcollectors"]}
+        self.batches = {sub["index"]: 0 for sub in plan["subcollectors"]}
+        self.first_time: dict[int, float] = {}
+        self.run, self.user_hook = run, user_hook
+        try:
+            self.keys = get_backend(plan["env"]["backend"]).batch_keys
+        except LookupError:
+            self.keys = BatchKeys()
+
+    def __call__(self, batch) -> None:
+        if self.run is not None:
+            self.record(batch)
+        if self.user_hook is not None:
+            self.user_hook(batch)
+
+    def record(self, batch) -> None:
+        flat = batch.reshape(-1)
+        where = [self.rows[i] for i in flat.get(boundary.env_index_key()).reshape(-1).tolist()]
+        for c in sorted({c for c, _ in where}):
+            self.batches[c] += 1
+            mine = [i for i, (s, _) in enumerate(where) if s == c]
+            for w in sorted({where[i][1] for i in mine}):
+                if self.first[c][w] is None:
+                    self.first[c][w] = observe.worker_seen(flat[[i for i in mine if where[i][1] == w]], self.keys)
+            self.first_time.setdefault(c, time.time())
+            episode_versions.record(self.run.path, c, 0, self.batches[c], flat[mine])
+            versions = flat[mine].get(async_slots.VERSION_KEY, None)
+            self.run.put("observed", f"sub{c}", subcollector=c, batches=self.batches[c],
+                         first=[seen or {} for seen in self.first[c]], first_time=self.first_time[c],
+                         policy_versions=None if versions is None else sorted({int(v) for v in versions.tolist()}))

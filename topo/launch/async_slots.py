@@ -1,0 +1,127 @@
+"""The shared-memory slots of ``collector.mode: async``: their layouts from what the backend declares, and the
+two ends that make an instruction (a string) cross them as bytes.
+
+torchrl's ``ProcessSlotTransport`` holds tensors only, in fixed request and response layouts that its
+``transport="auto"`` learns by building an env in the trainer. Here the request is the policy's in_keys
+taken from the backend's :class:`~topo.backends.base.Layout` (no env built anywhere but in its worker),
+the response one forward of the policy on that request (built once in the trainer on the CPU, as torchrl's
+own ``auto`` does). An env worker writes its instruction's utf-8 bytes under :data:`INSTRUCTION_KEY`
+(:func:`make_env`); the served policy reads them back as strings (:func:`served`).
+
+The env workers and the server freeze the garbage collector once built: the interpreter's last collection
+at exit walked every torch object they had imported, 10-15 s per process on this machine (torchrl's own
+workers alike); frozen objects are skipped, and what the step loop allocates is still collected.
+"""
+from __future__ import annotations
+
+import functools
+import gc
+from typing import Any, Callable
+
+import torch
+from tensordict import NonTensorStack, TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+
+from topo.backends.base import INSTRUCTION_BYTES, Layout
+from topo.errors import UsageError
+from topo.launch import policy as policies
+from topo.worker import make_env as make_worker_env
+
+INSTRUCTION_KEY = ("topo", "instruction")  # uint8 [INSTRUCTION_BYTES]: the utf-8 instruction, zero-padded
+VERSION_KEY = policies.VERSION_KEY
+
+
+def make_env(instruction_key: str | None = None, **kwargs: Any):
+    """The env factory of every async worker: :func:`topo.worker.make_env` over the row's kwargs; when the policy
+    reads ``instruction_key``, its reset and step results carry that instruction as bytes too (instance
+    attributes, no subclass: what the worker records and stamps is untouched). Module level: picklable."""
+    env = make_worker_env(**kwargs)
+    gc.freeze()  # see the module's docstring
+    if instruction_key is None:
+        return env
+    reset, step = env.reset, env.step_and_maybe_reset
+    key = instruction_key
+
+    def with_bytes(td: TensorDictBase) -> TensorDictBase:
+        td.set(INSTRUCTION_KEY, encode(td.get(key, None)))
+        return td
+
+    env.reset = lambda *args, **kw: with_bytes(reset(*args, **kw))
+    env.step_and_maybe_reset = lambda *args, **kw: (lambda out: (out[0], with_bytes(out[1])))(step(*args, **kw))
+    return env
+
+
+def encode(text: Any) -> torch.Tensor:
+    """An instruction (a string, NonTensorData or None) as ``INSTRUCTION_BYTES`` zero-padded utf-8 bytes."""
+    text = getattr(text, "data", text)
+    raw = ("" if text is None else str(text)).encode()[:INSTRUCTION_BYTES]
+    out = torch.zeros(INSTRUCTION_BYTES, dtype=torch.uint8)
+    out[:len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else out[:0]
+    return out
+
+
+def decode(tensor: torch.Tensor) -> list[str]:
+    """A batch of encoded instructions back to strings."""
+    return [bytes(row.tolist()).rstrip(b"\0").decode(errors="replace") for row in tensor.reshape(-1, INSTRUCTION_BYTES)]
+
+
+class Instructed(TensorDictModuleBase):
+    """The served policy: the request's instruction bytes back to ``instruction_key`` strings, then the policy."""
+
+    def __init__(self, policy: TensorDictModuleBase, instruction_key: str | None):
+        super().__init__()
+        self.policy, self.instruction_key = policy, instruction_key
+        self.in_keys = list(policy.in_keys)
+        self.out_keys = list(policy.out_keys)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self.instruction_key is not None and INSTRUCTION_KEY in tensordict.keys(True):
+            words = decode(tensordict.get(INSTRUCTION_KEY))
+            tensordict.set(self.instruction_key, NonTensorStack.from_list(words).reshape(tensordict.batch_size))
+        out = self.policy(tensordict)
+        return tensordict if out is None else out
+
+
+def served(factory: str | Callable, kwargs: dict, instruction_key: str | None) -> Instructed:
+    """In the server process: the policy (its ``server`` marker written: :func:`topo.launch.policy.in_server`)."""
+    policy = Instructed(policies.in_server(factory, kwargs), instruction_key)
+    gc.freeze()  # see the module's docstring
+    return policy
+
+
+
+def slot_layouts(layout: Layout, factory: str | Callable, kwargs: dict) -> tuple[TensorDict, TensorDict, str | None]:
+    """The request and response of one env (no batch dim), and the instruction key the policy reads (or None).
+
+    Raises :class:`UsageError` naming the factory when the policy declares no in_keys/out_keys or reads
+    a key the backend does not declare; runs before any worker starts."""
+    name = factory if isinstance(factory, str) else getattr(factory, "__qualname__", repr(factory))
+    policy = policies.build(factory, kwargs)
+    if not getattr(policy, "in_keys", None) or not getattr(policy, "out_keys", None):
+        raise UsageError(f"policy factory {name} made a policy without in_keys/out_keys: async mode sizes its slots "
+                         "from them; wrap it in tensordict.nn.TensorDictModule(module, in_keys=..., out_keys=...)")
+    request, instruction = TensorDict(), None
+    for key in policy.in_keys:
+        dotted = key if isinstance(key, str) else ".".join(key)
+        if layout.instruction is not None and dotted == layout.instruction:
+            instruction = layout.instruction
+            request.set(INSTRUCTION_KEY, torch.zeros(INSTRUCTION_BYTES, dtype=torch.uint8))
+            continue
+        found = {k: v for k, v in layout.observation.items() if k == dotted or k.startswith(dotted + ".")}
+        if not found:
+            raise UsageError(f"policy factory {name} reads {dotted!r}, which the backend's declared layout does not "
+                             f"hold (it declares {', '.join(layout.observation)}"
+                             f"{', ' + layout.instruction if layout.instruction else ''})")
+        for k, (shape, dtype) in found.items():
+            request.set(tuple(k.split(".")), torch.zeros(shape, dtype=getattr(torch, dtype)))
+    probe = Instructed(policy, instruction)
+    with torch.no_grad():
+        output = probe(request.clone().unsqueeze(0))
+    response = output.select(*policy.out_keys).squeeze(0).cpu()
+    response.set(VERSION_KEY, torch.zeros((), dtype=torch.long))
+    return request, response, instruction
+
+
+def server_factory(factory: str | Callable, kwargs: dict, instruction_key: str | None) -> functools.partial:
+    """The picklable factory the server process calls."""
+    return functools.partial(served, factory, kwargs, instruction_key)
