@@ -187,7 +187,7 @@ def collector(source: PlanSource | Plan, *, variables: Mapping[str, str] | None 
               allow_edited: bool = False, policy_factory: str | Callable | None = None, policy: Any = None,
               report_dir: str | None = None, progress: bool = True, progress_while_collecting: bool = False,
               startup_timeout: float | None = None, max_concurrent_starts: int | None = None,
-              process_logs: bool = False, command: dict | None = None, evaluation: bool = True,
+              process_logs: bool = False, command: dict | None = None, evaluation: bool = True, logger: Any = None,
               **collector_kwargs: Any) -> Run:
     """A supervised run of ``source`` for a training loop to iterate (a :class:`~topo.launch.run.Run`); imports torch.
 
@@ -211,7 +211,7 @@ def collector(source: PlanSource | Plan, *, variables: Mapping[str, str] | None 
         allow_edited = allow_edited or source.allow_edited
         source = source.data
     options = Options(policy_factory, policy, report_dir, progress, progress_while_collecting, startup_timeout,
-                      max_concurrent_starts, process_logs, command, evaluation, collector_kwargs)
+                      max_concurrent_starts, process_logs, command, evaluation, logger, collector_kwargs)
     return Run(resolve(source, variables, spec, allow_edited=allow_edited), options)
 
 

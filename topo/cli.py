@@ -20,6 +20,7 @@ LAZY_COMMANDS = {
     "bench": "topo.bench.command:bench",
     "import": "topo.importers.command:import_",
     "runs": "topo.runs.command:runs",
+    "top": "topo.runs.top:top",
     "replay": "topo.runs.command:replay",
 }
 
@@ -75,6 +76,7 @@ def main():
     topo plan SPEC -o plan.json save the plan that launch will run
     topo launch SPEC|PLAN       run it: nested collectors, worker metadata, report
     topo eval SPEC|PLAN         evaluate a policy (a checkpoint) on the plan's eval rows, per task
+    topo top [RUN]              a running topology, one line per worker (from another terminal)
     topo doctor SPEC            can this host run it (GL, assets, devices, memory)?
     topo bench SPEC             startup of each way to build it, against the limit
     topo import vla-grpo CFG    a spec from torchrl's vla_grpo recipe config

@@ -71,6 +71,8 @@ FILLED = {
     "launch.max_concurrent_starts": lambda s: s.max_concurrent_starts,
     "launch.restarts.window": lambda s: s.restarts_window,
     "launch.hang_timeout": lambda s: s.hang_timeout,
+    "launch.stall_timeout": lambda s: s.stall_timeout,
+    "launch.on_stall": lambda s: s.on_stall,
     "launch.provenance": lambda s: s.provenance,
     "launch.record_actions": lambda s: s.record_actions,
     "launch.recycle.max_rss_gb": lambda s: s.recycle.max_rss_gb,

@@ -58,6 +58,17 @@ def dying_step(*, fault_seed, after_steps, seed, **kwargs):
                         lambda: os.kill(os.getpid(), signal.SIGKILL))
 
 
+def stopping_step(*, after_steps, seed, **kwargs):
+    """``toy``, whose env step never returns after ``after_steps`` steps, in every worker: the run stalls."""
+    return _after_steps(toy(seed=seed, **kwargs), after_steps, lambda: time.sleep(3600))
+
+
+def slow_step(*, fault_seed, step_s, slowdown, seed, **kwargs):
+    """``toy``, each step taking ``step_s`` seconds more; ``slowdown`` times that in the worker with ``fault_seed``."""
+    delay = step_s * (slowdown if seed == fault_seed else 1)
+    return _after_steps(toy(seed=seed, **kwargs), 0, lambda: time.sleep(delay))
+
+
 def _after_steps(env, after_steps, fault):
     """``env``, calling ``fault()`` in each step past the first ``after_steps`` (None: never)."""
     if after_steps is not None:

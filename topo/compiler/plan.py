@@ -105,6 +105,7 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
             "max_concurrent_starts": spec.max_concurrent_starts,
             "restarts": {"max": spec.restarts_max, "window": spec.restarts_window},
             "hang_timeout": spec.hang_timeout,
+            **({"stall_timeout": spec.stall_timeout, "on_stall": spec.on_stall} if spec.stall_timeout else {}),
             "recycle": dataclasses.asdict(spec.recycle) if spec.recycle else None,
             "metadata_from_workers": spec.metadata_from_workers,
             "use_buffers": spec.use_buffers,

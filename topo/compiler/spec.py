@@ -161,6 +161,8 @@ class Spec:
     restarts_max: int  # subcollector restarts allowed while collecting (0: a failure ends the run)
     restarts_window: float | None  # ... within any window of this many seconds (None: the whole run)
     hang_timeout: float | None  # seconds in one env step (or a subcollector without a step) that make a hang
+    stall_timeout: float | None  # seconds without a batch while one is owed that make a stall (None: no watchdog)
+    on_stall: str  # "warn" (name it on stderr) or "fail" (end the run with it)
     provenance: bool  # every step carries its episode id; each episode recorded in the run directory
     record_actions: bool  # env workers keep each episode's actions and step digests (topo replay)
     recycle: Recycle | None  # health budgets checked between batches (None: no recycle section)
@@ -270,6 +272,8 @@ def from_data(data: Mapping[str, Any]) -> Spec:
         restarts_max=(launch.get("restarts") or {}).get("max", 0),
         restarts_window=(launch.get("restarts") or {}).get("window"),
         hang_timeout=launch.get("hang_timeout"),
+        stall_timeout=launch.get("stall_timeout"),
+        on_stall=launch.get("on_stall", "warn"),
         provenance=bool(launch.get("provenance", True)),
         record_actions=bool(launch.get("record_actions", False)),
         recycle=Recycle(**launch["recycle"]) if isinstance(launch.get("recycle"), dict) else None,

@@ -21,6 +21,7 @@ class Options:
     ``startup_timeout``, ``max_concurrent_starts``: over the plan's ``launch`` section; ``process_logs``: the
     processes' output in the run directory, not the terminal; ``command``: the report's command (default: argv
     and cwd); ``evaluation``: False starts no eval process though the plan has an eval section;
+    ``logger``: a ``torchrl.record.loggers`` logger the run's figures go to (:mod:`topo.launch.figures`);
     ``collector_kwargs``: any other torchrl collector keyword (``replay_buffer``, ``env_device``, ...).
     """
 
@@ -34,6 +35,7 @@ class Options:
     process_logs: bool = False
     command: dict | None = None
     evaluation: bool = True
+    logger: Any = None
     collector_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -171,6 +171,11 @@ class Run:
                                             self.options.process_logs)
         self.life.ready_at = time.time()
         self.state.phase = Phase.COLLECTING
+        self.life.log_figures(self.options.logger, self.state.run.path)
+        if self.logger is not None:
+            from topo.launch.figures import Figures
+
+            self.figures = Figures(self.logger, self.state.run.path).start()
 
     def window(self, restart: int = 0):
         """The launch window of a start (``restart`` 0: the first): what its processes inherit (:mod:`.trainer`)."""
@@ -207,6 +212,7 @@ class Run:
         finally:
             self.state.phase = Phase.DONE
             life.progress.finish()
+            life.close_figures()  # the last reading, before the report may remove the run directory
             self.report = Report.of_run(self)
             self.report.file(self.state.run.path, self.options.report_dir)
             life.saved.restore()
@@ -289,7 +295,7 @@ class _Life:
         self.delivery, self.down = Delivery(), teardown.Record()
         self.monitor: Monitor | None = None
         self.recovery: Recovery | None = None
-        self.saved = self.watcher = None
+        self.saved = self.watcher = self.figures = None
         self.ready_at: float | None = None
         self.error: BaseException | None = None  # what ended the run, as the report states it
 
@@ -300,6 +306,21 @@ class _Life:
         self.monitor = Monitor(state, self.startup_timeout, self.progress, on_failure)
         self.saved.catch(trainer.raise_signalled)
         self.monitor.start()
+
+    def log_figures(self, logger: Any, run_path: str) -> None:
+        """With a torchrl ``logger``: the run's figures, read from its directory, go there (:mod:`.figures`)."""
+        if logger is not None:
+            from topo.launch.figures import Figures
+
+            self.figures = Figures(logger, run_path).start()
+
+    def close_figures(self) -> None:
+        """The figures' last reading; a logger that fails then is said, and the teardown goes on."""
+        try:
+            if self.figures is not None:
+                self.figures.close()
+        except Exception as exc:  # noqa: BLE001 - the report is still written
+            print(f"warning: the run's logger failed at its last reading: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 def _on_failure(run: Run, found: failures.Failure) -> None:

@@ -1,4 +1,5 @@
-"""``topo runs show RUN [EPISODE]`` and ``topo replay RUN EPISODE``: a kept run's episodes, and one of them again.
+"""``topo runs show RUN [EPISODE]``, ``topo runs trace RUN`` and ``topo replay RUN EPISODE``: a kept run's episodes,
+its timeline (:mod:`topo.runs.trace`), and one episode again.
 
 ``RUN`` is a run directory (``topo-run-*``) or the report directory holding it (``--report DIR``:
 the latest run there). ``runs show`` reads the records (:class:`topo.runtime.episodes.Episodes`, no torch);
@@ -57,6 +58,24 @@ def show(run, episode, task, worker, subcollector, version, min_return, max_retu
                + (f", first {len(chosen)} shown" if len(chosen) < total else ""))
     if chosen:
         click.echo(table([e.summary() for e in chosen]))
+
+
+@runs.command("trace")
+@click.argument("run", type=click.Path(exists=True, file_okay=False))
+@click.option("-o", "--out", default="trace.json", show_default=True, type=click.Path(dir_okay=False),
+              help="Where to write the trace (-: stdout).")
+def trace(run, out):
+    """RUN as a timeline of Chrome trace events (open it in Perfetto or chrome://tracing): each worker's startup
+    phases, episodes and close, each subcollector's batches, restarts, recycles, stalls, evaluation rounds."""
+    from topo.runs.trace import write
+
+    try:
+        path = find_run(run)
+    except FileNotFoundError as err:
+        raise UsageError(str(err)) from None
+    count = write(path, out)
+    if out != "-":
+        click.echo(f"{count} trace events of {path} written to {out}", err=True)
 
 
 @click.command()

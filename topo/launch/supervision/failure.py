@@ -56,7 +56,12 @@ class Failure:
         return out
 
 
-KINDS = (*_RANK, "startup-timeout", "collector-error", "node-lost")
+KINDS = (*_RANK, "startup-timeout", "collector-error", "node-lost", "stalled")
+
+
+def stalled(found: Any, at: float) -> Failure:
+    """The stall watchdog's verdict (a :class:`topo.runtime.stall.Stall`), when ``launch.on_stall`` is fail: the run's."""
+    return Failure("stalled", f"the run stalled: {found.describe()}", at)
 
 
 def decide(state: RunState, until: float | None = None) -> Failure | None:

@@ -22,6 +22,7 @@ import time
 from typing import Callable
 
 from topo.runtime import heartbeat
+from topo.launch.supervision.stall_watch import StallWatch
 from topo.compiler.plan import engine
 from topo.launch.supervision import failure, processes, restarts
 from topo.launch.supervision.progress import Progress
@@ -54,6 +55,7 @@ class Monitor:
         self._stop = threading.Event()
         self._last_scan = 0.0
         self._last_beats = 0.0
+        self.stall = StallWatch.of(state)  # None: no launch.stall_timeout
         self._thread = threading.Thread(target=self._loop, name="topo-monitor", daemon=True)
 
     def start(self) -> None:
@@ -87,7 +89,8 @@ class Monitor:
             if self.failure is None and state.phase in (Phase.STARTING, Phase.COLLECTING):
                 found = failure.decide(state)
                 if state.phase is Phase.COLLECTING:
-                    found = _first(found, self._hang(now), self._late_restart(now)) or self._suspect()
+                    stalled = self.stall.check(now) if self.stall else None
+                    found = _first(found, self._hang(now), self._late_restart(now), stalled) or self._suspect()
                 elif found is None and now - state.t0 > self.startup_timeout:
                     found = failure.startup_timeout(state, self.startup_timeout, now)
                 if found is not None:

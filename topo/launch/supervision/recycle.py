@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from topo.runtime import events
 from topo.runtime import heartbeat
 from topo.launch.supervision.restarts import restart_rows
 
@@ -91,6 +92,8 @@ def decide_recycle(state, index: int, found: Breach, now: float) -> Recycle:
     state.retire(index, restart_rows(state.plan, index, old.restart + 1))
     record = Recycle(index, old.restart + 1, found, row, now)
     state.recycles.append(record)
+    events.record(state.run, "recycle", subcollector=index, restart=record.restart, worker=found.worker,
+                  breach=found.describe(), decided_at=now)
     return record
 
 

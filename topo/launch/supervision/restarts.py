@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from topo.runtime import events
 from topo.launch.supervision.failure import Failure
 
 SEED_SPAN = 2 ** 63  # seeds live in [0, 2**63): sequence seeds are 63-bit
@@ -92,4 +93,6 @@ def decide_restart(state, found: Failure, now: float) -> Restart:
     state.retire(c, restart_rows(state.plan, c, old.restart + 1))
     record = Restart(c, old.restart + 1, found, now)
     state.restarts.append(record)
+    events.record(state.run, "restart", subcollector=c, restart=record.restart, cause=found.kind, worker=found.worker,
+                  message=found.message, decided_at=now)
     return record
