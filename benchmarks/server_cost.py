@@ -1,18 +1,18 @@
 """Where the inference server's time goes: collection frames/s and one request's round trip, per wiring.
 
-    python benchmarks/server_cost.py                 # toy 2 x 4, TinyVLA: 5 rounds (a few minutes)
+    python benchmarks/server_cost.py                 # toy 2 x 4, TinyVLA: 3 rounds (a few minutes)
 
 Collection (``--case NAME``, a fresh process each, rounds alternating): the training loop of
 ``side_by_side.timed`` on toy 2 x 4 with TinyVLA, the server's own statistics after it (requests per
 forward, queue wait, forward time). Cases: ``subcollector`` (a copy in each subcollector, the reference);
-``server/whole`` (topo's wiring before: torchrl's client and server, the whole tensordict sent and
-returned); ``server`` (topo now: in_keys sent, out_keys returned); ``server/batched`` (that, the server
-waiting up to 5 ms for a request from each subcollector: torchrl's ``min_batch_size``).
+``server/manager`` (the server over torchrl's manager-backed ``MPTransport``, the policy's in_keys sent and
+its out_keys returned: topo's transport before, and still where no slot layout is known); ``server`` (topo
+now: torchrl's ``ProcessSlotTransport``, one shared-memory slot per subcollector: ``topo.launch.server_slots``).
 
-Round trip (``--round-trips``, a fresh process): one client asking a TinyVLA server for a toy subcollector's
-action, one request at a time: ``local`` is the forward alone; ``server/whole`` and ``server`` as above
-(topo's manager-backed transport); ``server/plain_queues``: the keys over torchrl's transport without its
-manager (what a request would cost without it; topo keeps the manager, which restarted subcollectors need).
+Round trip (``--round-trips``, a fresh process): one client asking a TinyVLA server, one request at a time,
+client and server on one torch thread each,
+at two sizes (4 envs x 16 px, a toy subcollector; 16 envs x 128 px): ``local`` is the forward alone;
+``server/manager`` and ``server`` as above; ``overhead_ms`` is a transport's round trip less ``local``.
 Results: ``benchmarks/results/server_cost.json``.
 """
 from __future__ import annotations
@@ -34,40 +34,25 @@ SPEC = {"version": 1, "name": "toy-2x4", "env": {"backend": "toy", "kwargs": {"s
         "assignment": {"tasks": "0-3", "instructions": {0: "push left", 1: "push right", 2: "lift", 3: "place"},
                        "groups": {"size": 1, "candidate_size": 2}, "seeds": {"base": 0}},
         "collector": {"frames_per_batch": 64}, "launch": {"startup_timeout": 600}}
-CASES = ("subcollector", "server/whole", "server", "server/batched")
+CASES = ("subcollector", "server/manager", "server")
+SIZES = {"4x16px": (4, 16), "16x128px": (16, 128)}  # round trips: envs per request, image side
 
 
-# -- torchrl's wiring, for the cases that compare with it (module level: the spawned processes import them) --
-
-def whole_server(factory, kwargs):
-    """The served policy as torchrl serves it: replying with the whole tensordict (topo's hook removed)."""
-    from topo.launch.policy import in_server
-
-    policy = in_server(factory, kwargs)
-    policy._forward_hooks.clear()
-    return policy
-
-
-def whole_client(client_, in_keys, out_keys):
-    """torchrl's client: sending the whole tensordict (topo's hook removed)."""
-    from topo.launch.policy import client
-
-    remote = client(client_, in_keys, out_keys)
-    remote._forward_pre_hooks.clear()
-    return remote
-
-
-def wire(case: str, n: int) -> None:
+def wire(case: str) -> None:
     """Set topo's server wiring to ``case``'s in this process (the trainer's, which starts the server)."""
-    import torchrl.modules.inference_server as served
+    from topo.launch import server_slots
 
-    from topo.launch import policy
+    if case == "server/manager":
+        server_slots.layout = lambda plan: (None, "benchmarks/server_cost.py: the manager-backed transport")
 
-    if case == "server/whole":
-        policy.in_server, policy.client = whole_server, whole_client
-    if case == "server/batched":
-        served.ProcessInferenceServer = functools.partial(served.ProcessInferenceServer, min_batch_size=n,
-                                                          timeout=0.005)
+
+def one_thread(factory):
+    """The served policy, its process on one torch thread as the client's (two threads on this loaded machine's
+    two cores time contention, not the forward)."""
+    import torch
+
+    torch.set_num_threads(1)
+    return factory()
 
 
 def run_case(case: str, batches: int) -> dict:
@@ -83,54 +68,66 @@ def run_case(case: str, batches: int) -> dict:
         yaml.safe_dump(spec, f)
     plan = topo.load(f.name)
     os.unlink(f.name)
-    wire(case, spec["topology"]["subcollectors"])
+    wire(case)
     policy = plan.make_policy()
     with topo.collector(plan, policy=policy, progress=False) as run:
         next(iter(run.collector))  # the first batch: workers warm
         result = timed(run, policy, batches)
         server = run.placement.server
         stats = server.stats() if server is not None else None
+        transport = run.placement.describe().get("transport")
     if stats is not None:
         stats = {k: round(stats[k], 2) for k in ("requests", "batches", "avg_batch_size", "p50_queue_ms",
                                                   "p95_queue_ms", "p50_forward_ms", "p95_forward_ms")}
-    return {"case": case, **result, "server": stats}
+    return {"case": case, **result, "transport": transport, "server": stats}
 
 
-def round_trips(calls: int) -> dict[str, float]:
-    """Milliseconds per request, one client and one request at a time; ``local``: the forward alone."""
+def round_trips(calls: int) -> dict[str, dict[str, float]]:
+    """Per size, milliseconds per request, one client and one request at a time; ``local``: the forward alone."""
     import multiprocessing
 
     import torch
     from tensordict import NonTensorStack, TensorDict
-    from torchrl.modules.inference_server import MPTransport, ProcessInferenceServer
+    from torchrl.modules.inference_server import MPTransport, ProcessInferenceServer, ProcessSlotTransport
 
     from topo.launch import policy as placement
+    from topo.launch import server_slots
 
-    request = TensorDict({  # a toy subcollector's carrier: 4 workers
-        "observation": {"image": torch.zeros(4, 3, 16, 16, dtype=torch.uint8), "state": torch.zeros(4, 8)},
-        "language_instruction": NonTensorStack("push left", "push right", "lift", "place"),
-        "collector": {"traj_ids": torch.zeros(4, dtype=torch.long)}, "topo_episode": torch.zeros(4, dtype=torch.long),
-        **{k: torch.zeros(4, 1, dtype=dtype) for k, dtype in (("done", torch.bool), ("terminated", torch.bool),
-                                                              ("success", torch.bool), ("group_id", torch.long))},
-    }, batch_size=[4])
-    local = placement.build(TINYVLA["factory"], TINYVLA["kwargs"])
-    ms = {"local": _per_call(lambda: local(request.clone()), calls)}
+    torch.set_num_threads(1)
     ctx = multiprocessing.get_context("spawn")
-    for name, manager, keys in (("server/whole", True, False), ("server", True, True),
-                                ("server/plain_queues", False, True)):
-        transport = MPTransport(ctx=ctx, use_manager=manager)
-        client_ = transport.client()
-        serve = placement.in_server if keys else whole_server
-        server = ProcessInferenceServer(policy_factory=functools.partial(serve, *TINYVLA.values()), transport=transport,
-                                        mp_context=ctx)
-        server.start()
-        try:
-            ask = (placement.client if keys else whole_client)(client_, local.in_keys, local.out_keys)
-            ms[name] = _per_call(lambda: ask(request), calls)
-        finally:
-            server.shutdown()
-            transport.close()
-    return ms
+    out = {}
+    for size, (n, px) in SIZES.items():
+        kwargs = {**TINYVLA["kwargs"], "image_size": px}
+        request = TensorDict({  # a subcollector's carrier
+            "observation": {"image": torch.randint(0, 255, (n, 3, px, px), dtype=torch.uint8), "state": torch.zeros(n, 8)},
+            "language_instruction": NonTensorStack(*(["push left", "push right", "lift", "place"] * n)[:n]),
+            "collector": {"traj_ids": torch.zeros(n, dtype=torch.long)}, "topo_episode": torch.zeros(n, dtype=torch.long),
+            **{k: torch.zeros(n, 1, dtype=dtype) for k, dtype in (("done", torch.bool), ("terminated", torch.bool),
+                                                                  ("success", torch.bool), ("group_id", torch.long))},
+        }, batch_size=[n])
+        lay = server_slots.Layout(n, {("observation", "image"): ((3, px, px), "uint8"),
+                                      ("observation", "state"): ((8,), "float32"),
+                                      ("language_instruction",): ((), "str")}, server_slots.TEXT_BYTES)
+        local = placement.build(TINYVLA["factory"], kwargs)
+        packing = placement._packing(local, lay, None)
+        ms = {"local": _per_call(lambda: local(request.clone()), calls)}
+        for name in ("server/manager", "server"):
+            slots = lay if name == "server" else None
+            transport = ProcessSlotTransport(server_slots.request_spec(lay), server_slots.response_spec(n), num_slots=1,
+                                             ctx=ctx, copy_result=False) if slots else MPTransport(ctx=ctx, use_manager=True)
+            client_ = transport.client()
+            server = ProcessInferenceServer(policy_factory=functools.partial(one_thread, functools.partial(
+                placement.in_server, TINYVLA["factory"], kwargs, None, slots)), transport=transport, mp_context=ctx)
+            server.start()
+            try:
+                ask = placement.client(client_, local.in_keys, [*local.out_keys, placement.VERSION_KEY], slots, packing)
+                ms[name] = _per_call(lambda: ask(request), calls)
+            finally:
+                server.shutdown()
+                if hasattr(transport, "close"):
+                    transport.close()
+        out[size] = {**ms, "overhead_ms": {k: round(ms[k] - ms["local"], 2) for k in ("server/manager", "server")}}
+    return out
 
 
 def _per_call(call, calls: int) -> float:
@@ -144,7 +141,7 @@ def _per_call(call, calls: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batches", type=int, default=30)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)
@@ -172,7 +169,11 @@ def main() -> None:
     out = {"what": __doc__.split("\n\n")[0], "spec": {**SPEC, "policy": TINYVLA}, "batches": args.batches,
            "rounds": args.rounds, "cores": os.cpu_count(), "load_average_1m": {"min": min(load), "max": max(load)},
            "date": time.strftime("%Y-%m-%d"), "cases": summary,
-           "round_trip_ms": {k: statistics.median(r[k] for r in rt) for k in rt[0]}, "round_trip_runs": rt,
+           "round_trip_ms": {size: {k: statistics.median(r[size][k] for r in rt) for k in ("local", *CASES[1:])}
+                             for size in SIZES},
+           "overhead_ms": {size: {k: statistics.median(r[size]["overhead_ms"][k] for r in rt) for k in CASES[1:]}
+                           for size in SIZES},
+           "round_trip_runs": rt,
            "runs": runs}
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
@@ -181,6 +182,7 @@ def main() -> None:
         print(f"{case:16s} {s['frames_per_s_median']:8.1f} frames/s  x{s['vs_subcollector']:.3f} of subcollector  "
               f"server {s['server']}")
     print("round trip ms:", out["round_trip_ms"])
+    print("overhead beyond the forward, ms:", out["overhead_ms"])
 
 
 def _subprocess(argv: list[str]) -> str:

@@ -37,6 +37,8 @@ FAST = (
     "tests/launch/test_live_units.py",
     "tests/launch/test_figures_units.py",
     "tests/launch/test_boundary.py",
+    "tests/launch/test_server_slots.py",
+    "tests/launch/test_time_breakdown_units.py",
     "tests/launch/test_evaluation_units.py",
     "tests/launch/test_provenance_units.py",
     "tests/launch/test_reproducible_units.py",

@@ -113,7 +113,7 @@ def beats(run_dir: str, c: int, restart: int, workers: list[heartbeat.Health | N
         slots.append(heartbeat.SLOT.pack(0, 0, 0, 0, 0, 0, 0, 0, 0, 0) if h is None else heartbeat.SLOT.pack(
             1.0, 2.0, 2.0, h.pid, h.rss, h.rss, h.steps, h.latency, h.baseline or 0.0, h.resets))
     with open(heartbeat.path(run_dir, c, restart), "wb") as f:
-        f.write(b"".join(slots))
+        f.write(b"".join(slot.ljust(heartbeat.STRIDE, b"\0") for slot in slots))  # no call timed yet
 
 
 class Lock:

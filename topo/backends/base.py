@@ -125,6 +125,18 @@ class Backend:
         """Whether workers built with these kwargs create a GL context."""
         return self.renders
 
+    def observation_layout(self, env_kwargs: Mapping[str, Any]) -> dict[tuple[str, ...], tuple[tuple[int, ...], str]] | None:
+        """What a policy reads of one worker's observation, known without building the env: key -> (shape,
+        dtype name; ``"str"`` for a string), from :meth:`layout`. None: unknown (the inference server's requests
+        then go through torchrl's manager-backed queue)."""
+        layout = self.layout(env_kwargs)
+        if layout is None:
+            return None
+        keys = {tuple(key.split(".")): spec for key, spec in layout.observation.items()}
+        if layout.instruction:
+            keys[(layout.instruction,)] = ((), "str")
+        return keys
+
     def catalog(self, env_kwargs: Mapping[str, Any]) -> TaskCatalog | None:
         """Tasks this env family offers, or None when it has no notion of tasks."""
         return None

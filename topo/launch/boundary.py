@@ -85,7 +85,10 @@ NAMES: tuple[Name, ...] = (
          members=("self._workers",)),
     Name("policy-server", "torchrl.modules.inference_server", "ProcessInferenceServer", "policy.placement: server"),
     Name("policy-server", "torchrl.modules.inference_server", "PolicyClientModule", "each subcollector's client"),
-    Name("policy-server", "torchrl.modules.inference_server", "MPTransport", "the server's transport"),
+    Name("policy-server", "torchrl.modules.inference_server", "MPTransport",
+         "the server's transport where no slot layout is known before the start (manager-backed)"),
+    Name("policy-server", "torchrl.modules.inference_server", "ProcessSlotTransport",
+         "the local server's transport: one shared-memory slot per subcollector (topo.launch.server_slots)"),
     Name("policy-server", "torchrl.modules.inference_server", "InferenceServer",
          "under placement.engine ray: the server as a Ray actor (service_backend='ray')"),
     Name("replay-buffer-check", "torchrl.data", "ReplayBuffer", "an uninitialised storage is refused (torchrl "

@@ -9,8 +9,11 @@ Two placements (the spec's ``policy.placement``):
 - ``server``: one torchrl inference server builds the policy on its device: a ``ProcessInferenceServer`` on
   this machine, or under Ray an actor placed by the plan's ``placement.server`` (:mod:`topo.launch.ray.server`); each
   subcollector gets a ``PolicyClientModule`` over its own client; weights go to the server. The server
-  stamps ``policy_version`` itself. A request carries the policy's in_keys only and a reply its out_keys
-  only: locally each tensor crosses in shared memory of its own (``benchmarks/server_cost.py``).
+  stamps ``policy_version`` itself. Locally requests and replies cross in torchrl's ``ProcessSlotTransport``,
+  one shared-memory slot per subcollector, laid out from the backend's declared observation and the policy's
+  out_keys (:mod:`.server_slots`); where no layout is known before the start (a backend that declares none,
+  subcollectors of unequal sizes) through torchrl's manager-backed queue, the policy's in_keys and out_keys
+  only (``benchmarks/server_cost.py``).
 
 Either way every batch row carries ``policy_version``: the number of weight updates the acting weights
 had received. The factories below run in the subcollectors and the server (module level: picklable).
@@ -29,11 +32,13 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
+from topo.runtime import heartbeat
 from topo.errors import UsageError
 from topo.launch import seeding
 from topo.launch.ray import RayServer, here, start_server
 from topo.runtime.rundir import RunDir, record
 from topo.runtime.builder import import_builder
+from topo.launch import server_slots
 
 PLACEMENTS = ("subcollector", "server")
 WEIGHT_SYNC = ("shared_mem", "multiprocess")
@@ -113,7 +118,16 @@ def in_subcollector(factory: str | Callable, kwargs: dict, versioned_copy: bool,
         raise
     if run is not None:
         run.marker("policy", role="subcollector", subcollector=index)
-    return VersionedPolicy(policy) if versioned_copy else policy
+    return _timed(VersionedPolicy(policy) if versioned_copy else policy)
+
+
+def _timed(module: TensorDictModuleBase) -> TensorDictModuleBase:
+    """``module``, each of its calls timed into its subcollector's heartbeat slot (:mod:`topo.runtime.time_breakdown`):
+    the first of its forward pre-hooks and the last of its forward hooks."""
+    started: list[float] = []
+    module.register_forward_pre_hook(lambda _, args: started.append(time.perf_counter()), prepend=True)
+    module.register_forward_hook(lambda _, args, out: heartbeat.policy_call(time.perf_counter() - started.pop()))
+    return module
 
 
 def _replies(policy, args, out):
@@ -126,23 +140,54 @@ def _requests(client_, args):
     return (args[0].select(*client_.in_keys),)
 
 
-def in_server(factory: str | Callable, kwargs: dict, notes=None, seed: int | None = None):
+def in_server(factory: str | Callable, kwargs: dict, notes=None, slots: server_slots.Layout | None = None,
+              device: str | None = None, seed: int | None = None):
     """The served policy, built where the server runs: a process of this machine (its own process group: a
     Ctrl-C is the trainer's), or a Ray actor whose records go to the trainer through ``notes``, a Ray queue
-    (its node may share no filesystem with the trainer: :mod:`topo.launch.ray.server`). ``seed`` seeds its global
-    RNGs first (:mod:`.seeding`)."""
+    (its node may share no filesystem with the trainer: :mod:`topo.launch.ray.server`). With ``slots`` (the
+    transport's request layout) it decodes requests and packs replies; how they pack goes into its marker for the
+    clients. ``seed`` seeds its global RNGs first (:mod:`.seeding`)."""
     if notes is None:
         os.setpgid(0, 0)
     seeding.seed_globals(seed)
     note = _server_notes(notes)
     try:
         policy = build(factory, kwargs)
+        packing = None if slots is None else _packing(policy, slots, device)
     except BaseException:
         note("policy-failed", role="server", traceback=traceback.format_exc())
         raise
-    note("server", role="server", in_keys=_keys(policy.in_keys), out_keys=_keys(policy.out_keys))
-    policy.register_forward_hook(_replies)
+    note("server", role="server", in_keys=_keys(policy.in_keys), out_keys=_keys(policy.out_keys), reply=packing)
+    if packing is None:
+        policy.register_forward_hook(_replies)
+    else:
+        policy.register_forward_pre_hook(functools.partial(_decoded, slots))
+        policy.register_forward_hook(functools.partial(_packed, packing))
     return policy
+
+
+def _packing(policy, slots: server_slots.Layout, device: str | None) -> list:
+    """How the policy's out_keys pack into a reply slot: its forward on one zero request of the slot layout."""
+    missing = [k for k in policy.in_keys if (k,) not in slots.keys and k not in slots.keys]
+    if missing:
+        raise ValueError(f"the policy reads {_keys(missing)}, which the backend's declared observation "
+                         f"({_keys(list(slots.keys))}) does not hold")
+    if device is not None:
+        policy.to(device)
+    request = server_slots.decode_request(server_slots.request_spec(slots).unsqueeze(0), slots)
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        out = policy(request.to(device) if device is not None else request)
+    return server_slots.reply_layout(request if out is None else out, policy.out_keys)
+
+
+def _decoded(slots, policy, args):
+    """The served policy's forward pre-hook (slots): each string's bytes back to a string."""
+    return (server_slots.decode_request(args[0].copy(), slots),)
+
+
+def _packed(packing, policy, args, out):
+    """The served policy's forward hook (slots): its out_keys packed into the reply slot's bytes."""
+    return server_slots.pack(args[0] if out is None else out, packing)
 
 
 def _server_notes(notes) -> Callable[..., None]:
@@ -153,13 +198,20 @@ def _server_notes(notes) -> Callable[..., None]:
     return run.marker if run is not None else lambda name, **fields: None
 
 
-def client(client_, in_keys: list, out_keys: list):
-    """A subcollector's policy under ``placement: server``: a client of the server."""
+def client(client_, in_keys: list, out_keys: list, slots: server_slots.Layout | None = None,
+           packing: list | None = None):
+    """A subcollector's policy under ``placement: server``: a client of the server (with ``slots``, of its slot)."""
     from torchrl.modules.inference_server import PolicyClientModule
 
+    if isinstance(client_, server_slots.Inherited):  # not pickled: called in the process that made it
+        client_ = client_.obj
     remote = PolicyClientModule(client_, in_keys=[_key(k) for k in in_keys], out_keys=[_key(k) for k in out_keys])
-    remote.register_forward_pre_hook(_requests)
-    return remote
+    if slots is None:
+        remote.register_forward_pre_hook(_requests)
+    else:
+        remote.register_forward_pre_hook(lambda module, args: (server_slots.encode(args[0], slots),))
+        remote.register_forward_hook(lambda module, args, out: server_slots.unpack(out, packing))
+    return _timed(remote)
 
 
 def _keys(keys) -> list:
@@ -190,7 +242,10 @@ class Placement:
         self.seed: int | None = None  # the server's global RNGs' (:mod:`.seeding`), set by the run
         self.served: dict | None = None  # the server's record: its keys (for the clients of restarts), pid, host
         self._new_client: Callable | None = None  # a new client of the server
+        self.slots: server_slots.Layout | None = None  # the local server's slot layout (None: manager-backed queue)
+        self.transport_why: str | None = None  # why the local server keeps the manager-backed queue
         self.updates: list[float] = []  # seconds each weight update took
+        self.stats: dict | None = None  # the server's figures (torchrl's stats()) as last read
 
     @property
     def version(self) -> int:
@@ -205,7 +260,7 @@ class Placement:
                             " wrap it in tensordict.nn.TensorDictModule(module, in_keys=..., out_keys=...)")
 
     def start_server(self, startup_timeout: float, run: RunDir, actor: dict[str, Any] | None = None,
-                     on_death: Callable | None = None) -> None:
+                     on_death: Callable | None = None, plan: dict[str, Any] | None = None) -> None:
         """``placement: server``: the inference server, built and ready (its factory ran where it runs): a process
         of this machine, or with ``actor`` (the plan's ``placement.server``) a Ray actor whose death is handed
         to ``on_death`` while the run collects (:mod:`topo.launch.ray.server`)."""
@@ -219,18 +274,29 @@ class Placement:
         else:
             import multiprocessing
 
-            from torchrl.modules.inference_server import MPTransport, ProcessInferenceServer
+            from torchrl.modules.inference_server import MPTransport, ProcessInferenceServer, ProcessSlotTransport
 
             ctx = multiprocessing.get_context("spawn")
-            # manager-backed: a restarted subcollector's client, made after the server started, is registered there
-            # (each request and reply then takes two more hops: benchmarks/server_cost.py)
-            self.transport = MPTransport(ctx=ctx, use_manager=True)
-            self._new_client = self.transport.client
+            self.slots, self.transport_why = server_slots.layout(plan) if plan is not None else (None, "no plan")
+            if self.slots is not None:
+                # one shared-memory slot per subcollector; a restarted subcollector takes its predecessor's
+                self.transport = ProcessSlotTransport(
+                    server_slots.request_spec(self.slots), server_slots.response_spec(self.slots.workers),
+                    num_slots=self.n, ctx=ctx, copy_result=False)
+            else:
+                # manager-backed: a restarted subcollector's client, made after the server started, is registered
+                # there (each request and reply then takes two more hops: benchmarks/server_cost.py)
+                self.transport = MPTransport(ctx=ctx, use_manager=True)
+                self._new_client = self.transport.client
             self.server = ProcessInferenceServer(
-                policy_factory=functools.partial(in_server, self.setup.factory, self.setup.kwargs, seed=self.seed),
+                policy_factory=functools.partial(in_server, self.setup.factory, self.setup.kwargs, None, self.slots,
+                                                 self.setup.device, seed=self.seed),
                 transport=self.transport, policy_device=self.setup.device, mp_context=ctx,
                 startup_timeout=max(1.0, startup_timeout))
             self.server.start()
+            if self.slots is not None:
+                self._clients = [server_slots.Inherited(self.transport.client()) for _ in range(self.n)]
+                return
         self._clients = [self._new_client() for _ in range(self.n)]
 
     def collector_kwargs(self, run: RunDir) -> dict[str, Any]:
@@ -259,13 +325,18 @@ class Placement:
         return kwargs
 
     def _client_factory(self, client_) -> functools.partial:
-        return functools.partial(client, client_, self.served["in_keys"], [*self.served["out_keys"], VERSION_KEY])
+        return functools.partial(client, client_, self.served["in_keys"], [*self.served["out_keys"], VERSION_KEY],
+                                 self.slots, self.served.get("reply"))
 
     def restart_factory(self, index: int) -> functools.partial | None:
         """The policy factory of a restarted subcollector: a new client of the server (the old one's may hold
-        the answer to a request its process never read); None: the factory its first start had."""
+        the answer to a request its process never read), or with slots its predecessor's slot (a request that
+        process left is answered long before the new one's first: it builds its envs first); None: the
+        factory its first start had."""
         if self.setup.placement != "server":
             return None
+        if self.slots is not None:
+            return self._client_factory(self._clients[index])
         return self._client_factory(self._new_client())
 
     def update(self, collector, policy_or_weights=None) -> int:
@@ -302,14 +373,25 @@ class Placement:
             return source.data
         return TensorDict.from_module(source).data
 
+    def server_stats(self, timeout: float = 1.0) -> dict | None:
+        """The server's figures now (torchrl's ``stats()``: forward and queue p50/p95, requests per forward), or as
+        last read once it is gone; None without a local server (a Ray server's are not read)."""
+        if self.server is not None and not isinstance(self.server, RayServer):
+            try:
+                self.stats = dict(self.server.stats(timeout=timeout))
+            except Exception:  # noqa: BLE001 - a server gone or not answering: the figures last read
+                pass
+        return self.stats
+
     def shutdown(self, timeout: float) -> None:
         """End the server and the scheme's queues and threads now: left to the garbage collector, torchrl's
         scheme starts a queue thread while the interpreter exits, and the trainer never exits."""
         if self.scheme is not None:
             self.scheme.shutdown()
         if self.server is not None:
+            self.server_stats()  # for the report's time breakdown
             self.server.shutdown(timeout=timeout)
-        if self.transport is not None:
+        if self.transport is not None and hasattr(self.transport, "close"):  # ProcessSlotTransport holds no manager
             self.transport.close()
 
     def describe(self) -> dict[str, Any]:
@@ -319,6 +401,10 @@ class Placement:
         ups = self.updates
         if isinstance(self.server, RayServer):
             out["server"] = self.server.placement  # the actor's planned and actual node
+        elif self.server is not None:
+            out["transport"] = "slots" if self.slots is not None else "manager"
+            if self.slots is None:
+                out["transport_why"] = self.transport_why
         out.update(trainer_policy=self.trainer_policy is not None, updates=len(ups),
                    update_s=None if not ups else {"min": round(min(ups), 4), "mean": round(sum(ups) / len(ups), 4),
                                                    "max": round(max(ups), 4)})

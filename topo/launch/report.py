@@ -12,6 +12,7 @@ from typing import Any
 
 from topo.errors import TopoError
 from topo.runtime import episodes
+from topo.runtime import time_breakdown
 from topo.launch import observe
 from topo.launch.ray import describe_placement
 from topo.launch.supervision.state import RunState
@@ -42,6 +43,7 @@ class Outcome:
     memory: list[dict] = field(default_factory=list)  # :meth:`RunState.memory` at the end: each worker's latest
     actors: list[dict] | None = None  # Ray engine: each subcollector's planned and actual node (:mod:`.ray_placement`)
     batches: dict | None = None  # :meth:`topo.launch.digest.BatchDigest.describe`: the run's batches, digested
+    time_breakdown: dict | None = None  # :meth:`topo.launch.run.Run.time_breakdown` at the end
 
 
 class Report:
@@ -64,7 +66,7 @@ class Report:
             life.down, life.monitor.peak, life.monitor.seen, wiring.placement.describe() if wiring.placement else None,
             wiring.torchrl.to_dict(wiring.features), run.extra, evaluation=run.eval.describe() if run.eval else None,
             memory=run.state.memory(), actors=getattr(run.collector, "actor_placement", None),
-            batches=run.digest.describe()))
+            batches=run.digest.describe(), time_breakdown=_breakdown(run)))
 
     @property
     def ok(self) -> bool:
@@ -187,6 +189,7 @@ def summary(run: Outcome) -> dict[str, Any]:
         "episodes": episodes.counts(state.run.path),
         "actors": run.actors,
         "batches": run.batches,
+        "time_breakdown": run.time_breakdown,
         "plan": plan,
     }
 
@@ -386,6 +389,7 @@ def human(s: dict) -> str:
     policy = s.get("policy")
     if policy:
         lines.append(f"  policy {policy['factory']} " + _acting(policy, [e.get("policy_versions") for e in s["first_batch"]]))
+    lines += time_breakdown.human(s.get("time_breakdown"))
     for d in s.get("render_devices") or []:  # the planned id in its numbering, and the EGL device it resolved to
         planned, egl, cuda = d.get("planned"), d.get("egl_device"), d.get("cuda_device")
         if planned is None:
@@ -493,3 +497,11 @@ def _acting(policy: dict, versions: list) -> str:
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}s"
 
+
+def _breakdown(run: Any) -> dict | None:
+    """The run's time breakdown for its report; what kept it from being read, when something did (a report is
+    written whatever happened)."""
+    try:
+        return run.time_breakdown()
+    except Exception as exc:  # noqa: BLE001 - the report says why instead
+        return {"verdict": None, "line": f"not measured: {type(exc).__name__}: {exc}"}

@@ -35,7 +35,8 @@ from topo.launch.engines import Engine, engine_for
 from topo.launch.evaluation.service import EvalService
 from topo.launch.options import RESERVED_KWARGS, Options
 from topo.launch.policy import Placement, PolicySetup
-from topo.launch.report import Report
+from topo.launch.report import Report, recycles, restarts
+from topo.runtime.episodes import Episodes
 from topo.launch.supervision import failure as failures, teardown, watcher
 from topo.launch.supervision.delivery import Delivery
 from topo.launch.supervision.monitor import Monitor
@@ -75,17 +76,18 @@ class Run:
     @property
     def restarts(self) -> list[dict]:
         """Each subcollector restart so far (``launch.restarts``): the report's ``restarts`` section."""
-        from topo.launch.report import restarts
-
         return self._read(restarts, [])
 
     @property
     def recycles(self) -> list[dict]:
         """Each subcollector rebuilt so far past a health budget (``launch.recycle``; no restart budget spent): the
         report's ``recycles`` section."""
-        from topo.launch.report import recycles
-
         return self._read(recycles, [])
+
+    def time_breakdown(self) -> dict | None:
+        """Where the run's time goes so far (:mod:`topo.launch.time_spent`; the report's ``time_breakdown``): env
+        steps, inference waits, the server's forward and batch fill, the trainer's share, and a ``verdict``."""
+        return _time_breakdown(self) if self.state is not None else None
 
     def worker_memory(self) -> list[dict]:
         """Each env worker's latest resident memory with its plan row (:meth:`RunState.memory`: ``rss_mb``,
@@ -95,18 +97,13 @@ class Run:
     def episodes(self):
         """The episodes recorded so far (:class:`topo.runtime.episodes.Episodes`): every ``topo_episode`` id in the
         batches resolves there to its plan row, worker life, seed state and acting policy versions."""
-        from topo.runtime.episodes import Episodes
-
         if self.state is None:
             raise UsageError("the run has not started: its episodes are recorded once it has")
         return Episodes(self.state.run.path)
 
     def update_weights(self, policy_or_weights=None) -> int:
-        """Push the trainer's policy weights (or ``policy_or_weights``) to every acting copy; the new version.
-
-        Synchronous: when it returns, every subcollector (or the server) acts with the new weights, and
-        the rows it collects from then on carry ``policy_version`` equal to the returned value.
-        """
+        """Push the trainer's policy weights (or ``policy_or_weights``) to every acting copy; the new version. When it
+        returns, every copy acts with them, and the rows collected from then on carry it as ``policy_version``."""
         if self.placement is None:
             raise UsageError("this run has no policy to update: give it a policy factory (spec policy section, "
                              "or policy_factory=)")
@@ -118,12 +115,9 @@ class Run:
         return version
 
     def evaluate(self, *, wait: bool = True, step: int | None = None) -> dict[str, Any] | bool | None:
-        """Evaluate the trainer's current weights on the plan's eval rows (every planned episode once).
-
-        ``wait``: block and return the result (:mod:`topo.launch.evaluation.results`); else start it in the
-        background and return whether it was accepted (``eval.busy_policy``); results gather in
-        :attr:`evaluations`. ``step`` is the trainer's, recorded with the result.
-        """
+        """Evaluate the trainer's current weights on the plan's eval rows (every planned episode once). ``wait``: block
+        and return the result (:mod:`topo.launch.evaluation.results`); else start it in the background and return
+        whether it was accepted (``eval.busy_policy``; results gather in :attr:`evaluations`). ``step``: recorded."""
         if self.eval is None:
             raise UsageError("this plan has no eval section: add one to the spec (docs/guides/evaluation.md)")
         self._collecting("evaluation runs")
@@ -323,6 +317,15 @@ class _Life:
             print(f"warning: the run's logger failed at its last reading: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
+def _time_breakdown(run: Run) -> dict:
+    """Per subcollector its env steps and its wait for inference, the server's figures, the trainer's pace, and the
+    verdict with its figures: read from the heartbeat files and the server (between batches, not every step)."""
+    from topo.launch.time_spent import of_run
+
+    stats = run.placement.server_stats() if run.placement is not None else None
+    return of_run(run.state, getattr(run.collector, "pace", None), stats)
+
+
 def _on_failure(run: Run, found: failures.Failure) -> None:
     """In the monitor's thread: stop what cannot go on, then deliver the failure to the trainer."""
     if run.state.phase is Phase.STARTING:
@@ -364,7 +367,7 @@ def _build(run: Run) -> tuple[Any, Recovery | None]:
     placement = wiring.placement
     if placement is not None:
         placement.start_server(life.startup_timeout - run.state.elapsed(time.time()), run.state.run,
-                               actor=plan["placement"].get("server"), on_death=life.monitor.submit)
+                               actor=plan["placement"].get("server"), on_death=life.monitor.submit, plan=plan)
         kwargs.update(placement.collector_kwargs(run.state.run))
     collector = wiring.engine.build(plan, **kwargs)
     attach(collector, run.digest)

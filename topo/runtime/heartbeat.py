@@ -20,6 +20,9 @@ since its env was built, an exponentially weighted mean of their durations (:dat
 counts at most :data:`EWMA_CLIP` times the mean, so that one descheduling does not look like a slowdown),
 its baseline (the mean of its first :data:`BASELINE_STEPS` steps), and its resets (episodes begun): a few
 8-byte stores after each step, no system call. Imports neither torch nor torchrl.
+
+Past those figures (:data:`TIMED`) each slot times one kind of call for :mod:`topo.runtime.time_breakdown`: a worker's
+env steps, a subcollector's policy calls (:func:`policy_call`): their count, total seconds and histogram.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from topo.runtime import time_breakdown
 from topo.runtime.rundir import RunDir, restart_number
 
 #: (started, ended, memory read at, pid, rss bytes, peak rss bytes, steps, step mean s, baseline s, resets)
@@ -37,6 +41,8 @@ SLOT = struct.Struct("=dddqqqqddq")
 MEMORY = struct.Struct("=dqqq")  # the memory part of a slot, at offset 16
 STEPS = struct.Struct("=qdd")  # steps, their weighted mean duration, the baseline: at offset 48
 RESETS = struct.Struct("=q")  # at offset 72
+TIMED = struct.Struct(f"=qd{time_breakdown.BUCKETS}I")  # calls, their seconds, their histogram: at SLOT.size
+STRIDE = SLOT.size + TIMED.size  # one process's slot in a beats file
 MEMORY_EVERY_S = 1.0  # a worker reads its memory at most this often while it steps
 BASELINE_STEPS = 50  # a worker's baseline step duration: the mean of its first steps
 EWMA_ALPHA = 0.05  # weight of the latest step in the mean (about the last 40 steps)
@@ -104,11 +110,12 @@ class Stamp:
     def __init__(self, file: str, slot: int, memory: bool = False):
         with open(file, "r+b") as f:
             self._map = mmap.mmap(f.fileno(), 0)
-        self._at = slot * SLOT.size
+        self._at = slot * STRIDE
         self.records_memory = memory
         self._next_memory = 0.0 if memory else float("inf")
         self._started = self._mean = self._baseline = 0.0
-        self._steps = self._resets = 0
+        self._steps = self._resets = self._calls = 0
+        self._seconds = 0.0
 
     def start(self) -> None:
         self._started = time.time()
@@ -124,6 +131,7 @@ class Stamp:
     def end_step(self) -> None:
         """:meth:`end` of an env step: its count, the weighted mean and (over the first steps) the baseline."""
         seconds = self.end() - self._started
+        self.timed(seconds)
         self._steps += 1
         if self._steps <= BASELINE_STEPS:
             self._baseline += (seconds - self._baseline) / self._steps
@@ -131,6 +139,14 @@ class Stamp:
         else:
             self._mean += EWMA_ALPHA * (min(seconds, EWMA_CLIP * self._mean) - self._mean)
         STEPS.pack_into(self._map, self._at + 48, self._steps, self._mean, self._baseline)
+
+    def timed(self, seconds: float) -> None:
+        """One more call of this slot's kind (:data:`TIMED`), of ``seconds``."""
+        self._calls += 1
+        self._seconds += seconds
+        struct.pack_into("=qd", self._map, self._at + SLOT.size, self._calls, self._seconds)
+        at = self._at + SLOT.size + 16 + 4 * time_breakdown.bucket(seconds)
+        struct.pack_into("=I", self._map, at, struct.unpack_from("=I", self._map, at)[0] + 1)
 
     def end_reset(self) -> None:
         """:meth:`end` of a reset: one more episode begun."""
@@ -153,7 +169,7 @@ def open_subcollector(run: RunDir, index: int, workers: int) -> None:
     os.makedirs(os.path.dirname(file), exist_ok=True)
     tmp = f"{file}.{os.getpid()}.tmp"
     with open(tmp, "wb") as f:
-        f.write(bytes(SLOT.size * (1 + workers)))
+        f.write(bytes(STRIDE * (1 + workers)))
     os.replace(tmp, file)
     _mine.update(stamp=Stamp(file, 0), pid=os.getpid())
 
@@ -162,6 +178,12 @@ def asker(run_dir: str, subcollector: int, restart: int) -> Stamp | None:
     """In the trainer: slot 0 of a subcollector's beats file, stamped when a batch is asked of it."""
     file = path(run_dir, subcollector, restart)
     return Stamp(file, 0) if os.path.exists(file) else None
+
+
+def policy_call(seconds: float) -> None:
+    """The subcollector's policy answered a call in ``seconds`` (its slot 0's :data:`TIMED`)."""
+    if "stamp" in _mine and _mine.get("pid") == os.getpid():
+        _mine["stamp"].timed(seconds)
 
 
 def collecting() -> None:
@@ -209,13 +231,22 @@ def _stamped(stamp: Stamp, call: Any, end: Any) -> Any:
     return stamped
 
 
-def _slots(run_dir: str, subcollector: int, restart: int) -> list[tuple] | None:
+def _slots(run_dir: str, subcollector: int, restart: int, layout: struct.Struct = SLOT,
+           offset: int = 0) -> list[tuple] | None:
     try:
         with open(path(run_dir, subcollector, restart), "rb") as f:
             data = f.read()
     except OSError:
         return None
-    return [SLOT.unpack_from(data, i) for i in range(0, len(data) - SLOT.size + 1, SLOT.size)]
+    return [layout.unpack_from(data, i + offset) for i in range(0, len(data) - STRIDE + 1, STRIDE)]
+
+
+def timed(run_dir: str, subcollector: int, restart: int) -> list[time_breakdown.Timed] | None:
+    """Each slot's timed calls (index 0: the subcollector's policy calls; ``1 + w``: worker ``w``'s env steps)
+    from a subcollector's beats file, or None while it does not exist."""
+    slots = _slots(run_dir, subcollector, restart, TIMED, SLOT.size)
+    return None if slots is None else [time_breakdown.Timed(calls, seconds, tuple(histogram))
+                                       for calls, seconds, *histogram in slots]
 
 
 def read(run_dir: str, subcollector: int, restart: int) -> list[tuple[float, float]] | None:

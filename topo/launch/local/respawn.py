@@ -33,11 +33,14 @@ import functools
 import multiprocessing
 import os
 import queue as queues
+import time
 import warnings
 from multiprocessing import connection
 from typing import Any, Callable
 
 from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector
+
+from topo.runtime.time_breakdown import Pace
 
 from topo.launch import boundary
 from topo.launch.supervision.port import RestartPort
@@ -72,8 +75,12 @@ class Respawning:
     def iterator(self):
         """torchrl's; once the trainer asks for the next batch, and before torchrl checks its processes and asks
         each subcollector, the run checks its health budgets (a subcollector past one starts again then)."""
+        self.pace = pace = Pace()  # the trainer's time between batches (topo.runtime.time_breakdown)
+        pace.asked(time.monotonic())
         for batch in super().iterator():
+            pace.got(time.monotonic())
             yield batch
+            pace.asked(time.monotonic())
             if self.recovery is not None:
                 self.recovery.between_batches()
 
