@@ -18,7 +18,7 @@ from topo.compiler.saved import read_plan
 from topo.compiler.load import parse_assignments
 from topo.compiler.planfile import digest
 
-from tests.compiler.compiler_helpers import EXAMPLES, HERE, ROOT, rows
+from tests.compiler.compiler_helpers import EXAMPLES, ROOT, rows
 from tests.compiler.test_bad_specs import CORPUS, header
 
 TOY = EXAMPLES / "toy_2x3.yaml"

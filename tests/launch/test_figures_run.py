@@ -20,7 +20,7 @@ import topo
 if __name__ == "__main__":
     spec, logs = sys.argv[1:]
     with topo.collector(spec, logger=CSVLogger("run", log_dir=logs), progress=False) as run:
-        run.figures.every_s = 0.2
+        run.life.figures.every_s = 0.2
         for i, batch in enumerate(run.collector):
             if i == 30:
                 break

@@ -166,10 +166,6 @@ class Run:
         self.life.ready_at = time.time()
         self.state.phase = Phase.COLLECTING
         self.life.log_figures(self.options.logger, self.state.run.path)
-        if self.logger is not None:
-            from topo.launch.figures import Figures
-
-            self.figures = Figures(self.logger, self.state.run.path).start()
 
     def window(self, restart: int = 0):
         """The launch window of a start (``restart`` 0: the first): what its processes inherit (:mod:`.trainer`)."""

@@ -337,7 +337,6 @@ def arrays(source: Any, path: str, limit: int) -> dict[str, Any]:
     uncompressed (checked before any is read). :class:`~topo.errors.RecordError` says what it holds instead."""
     import zipfile
 
-    import numpy as np
 
     try:
         with zipfile.ZipFile(source) as archive:

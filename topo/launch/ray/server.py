@@ -28,7 +28,6 @@ def start(factory: Callable, device: str | None, actor: dict[str, Any], startup_
     """The started server (:class:`RayServer`): ``factory(notes)`` is the policy factory the actor calls with the
     queue its records go to; they are written in ``run``. Raises :class:`LaunchError` when no alive node holds what
     ``actor`` asks for, or the actor is not up within ``startup_timeout`` (torchrl's wait on it has no deadline)."""
-    import ray
     from ray.util.queue import Queue
     from torchrl.modules.inference_server import InferenceServer
 
