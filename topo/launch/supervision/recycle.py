@@ -15,24 +15,16 @@ from typing import Any
 
 from topo.runtime import events
 from topo.runtime import heartbeat
+from topo.compiler.spec import Recycle as Budgets
 from topo.launch.supervision.restarts import restart_rows
 
 GB = 2**30
 
 
-@dataclass(frozen=True)
-class Budgets:
-    """The plan's ``launch.recycle``; a budget None is not checked."""
-
-    max_rss_gb: float | None = None
-    max_latency_drift: float | None = None
-    max_episodes: int | None = None
-    check_every: int = 1
-
-    @classmethod
-    def of(cls, plan: dict) -> Budgets | None:
-        section = plan["launch"].get("recycle")
-        return cls(**section) if section else None
+def budgets_of(plan: dict) -> Budgets | None:
+    """The plan's ``launch.recycle`` as the spec declares it (a budget None is not checked); None: no recycling."""
+    section = plan["launch"].get("recycle")
+    return Budgets(**section) if section else None
 
 
 @dataclass(frozen=True)
@@ -104,7 +96,7 @@ class Recycler:
     def __init__(self, state, lock):
         self.state = state
         self.lock = lock
-        self.budgets = Budgets.of(state.plan)
+        self.budgets = budgets_of(state.plan)
         self.batches = 0
 
     def between_batches(self, now: float) -> list[Recycle]:
