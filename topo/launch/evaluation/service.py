@@ -26,7 +26,7 @@ from topo.runtime.rundir import RUN_DIR_VAR
 from topo.launch.supervision import processes
 from topo.launch.trainer import TRAINER_VAR
 
-BOOT = "from topo.launch.evaluation import serve; sys.exit(serve(sys.argv[1:]))"  # the eval process
+BOOT = "from topo.launch.evaluate import serve; sys.exit(serve(sys.argv[1:]))"  # the eval process
 BUSY_POLICIES = ("skip", "queue", "error")
 
 
