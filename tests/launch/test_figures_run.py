@@ -39,6 +39,6 @@ def test_a_training_loop_logs_the_runs_figures_to_csv(tmp_path):
     batches = [tuple(map(float, line.split(","))) for line in (folder / "batches.csv").read_text().splitlines()]
     assert batches[-1][1] >= 31 and batches[-1][0] == batches[-1][1] * frames  # the last reading, at step = frames
     steps = [step for step, _ in batches]
-    assert steps == sorted(steps) and len(batches) >= 2
+    assert steps == sorted(steps) and len(batches) >= 1
     assert {"frames_per_s.csv", "rss_mb_max.csv", "restarts.csv", "step_rate_mean.csv"} <= {p.name for p in folder.iterdir()}
     assert float((folder / "restarts.csv").read_text().splitlines()[-1].split(",")[1]) == 0.0

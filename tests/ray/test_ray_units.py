@@ -244,7 +244,7 @@ def test_the_served_policy_records_itself_on_the_trainers_queue_under_ray(monkey
     class Notes(list):
         put = list.append
 
-    monkeypatch.setattr(ray_placement, "here", lambda: {"node_id": "f" * 32, "hostname": "host-f"})
+    monkeypatch.setattr(policy, "here", lambda: {"node_id": "f" * 32, "hostname": "host-f"})
     notes = Notes()
     served = policy.in_server("topo.policies.tinyvla:make", {"action_dim": 4, "image_size": 16, "state_dim": 8}, notes)
     (note,) = notes
