@@ -38,7 +38,7 @@ def slots(path: str, rows: list[tuple]) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
         for row in rows:
-            f.write(heartbeat.SLOT.pack(*row))
+            f.write(heartbeat.SLOT.pack(*row).ljust(heartbeat.STRIDE, b"\0"))  # a slot, then its timings
 
 
 def episodes(run_dir: str, life: str, *records: dict) -> None:

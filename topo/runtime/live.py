@@ -313,7 +313,7 @@ def _slots(path: str) -> list[tuple] | None:
     except OSError:
         return None
     size = heartbeat.SLOT.size
-    return [heartbeat.SLOT.unpack_from(data, i) for i in range(0, len(data) - size + 1, size)]
+    return [heartbeat.SLOT.unpack_from(data, i) for i in range(0, len(data) - size + 1, heartbeat.STRIDE)]  # a slot's timings follow it
 
 
 def _running(pid: int) -> bool:
