@@ -70,7 +70,7 @@ def stamp(path: str, plan: dict, k: int) -> None:
         os.makedirs(os.path.dirname(tmp), exist_ok=True)
         with open(tmp, "wb") as f:
             for s in slots:
-                f.write(heartbeat.SLOT.pack(*s))
+                f.write(heartbeat.SLOT.pack(*s).ljust(heartbeat.STRIDE, b"\0"))
         os.replace(tmp, heartbeat.path(path, sub["index"], 0))
         for row in sub["workers"][k % 10::10]:
             gi, e = row["global_index"], EPISODES + k
