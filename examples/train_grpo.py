@@ -30,7 +30,7 @@ import torch
 
 import topo
 from topo import eval_table
-from topo.launch.seeding import seed_globals, trainer_seed
+from topo.seeding import seed_globals, trainer_seed
 
 
 def group_advantages(reward: torch.Tensor, group: torch.Tensor) -> torch.Tensor:

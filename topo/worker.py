@@ -10,7 +10,7 @@ from topo.runtime import gl, heartbeat
 from topo.runtime.builder import import_builder
 from topo.runtime.episodes import RECORD_VAR
 from topo.runtime.rundir import RunDir, eval_round, record_close, restart_number
-from topo.launch import seeding
+from topo import seeding
 
 
 def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: int | None = None,

@@ -10,7 +10,7 @@ import torch
 from tensordict import NonTensorStack, TensorDict
 
 from topo.launch.digest import BatchDigest, attach
-from topo.launch.seeding import derive, row_seeds, seed_globals, trainer_seed
+from topo.seeding import derive, row_seeds, seed_globals, trainer_seed
 
 
 def batch(action: float = 0.5, traj: int = 0, text: str = "push") -> TensorDict:

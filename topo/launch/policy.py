@@ -34,7 +34,7 @@ from tensordict.nn import TensorDictModuleBase
 
 from topo.runtime import heartbeat
 from topo.errors import UsageError
-from topo.launch import seeding
+from topo import seeding
 from topo.launch.ray import RayServer, here, start_server
 from topo.runtime.rundir import RunDir, record
 from topo.runtime.builder import import_builder

@@ -29,7 +29,8 @@ from typing import Any, Callable
 from topo.errors import LaunchError, UsageError
 from topo.runtime.rundir import RunDir
 from topo.compiler import saved
-from topo.launch import boundary, observe, seeding, trainer
+from topo import seeding
+from topo.launch import boundary, observe, trainer
 from topo.launch.digest import BatchDigest, attach
 from topo.launch.engines import Engine, engine_for
 from topo.launch.evaluation.service import EvalService

@@ -13,7 +13,8 @@ from typing import Any
 
 from topo.runtime import heartbeat
 from topo.runtime.rundir import RunDir
-from topo.launch import observe, seeding
+from topo import seeding
+from topo.launch import observe
 
 
 def subcollector_env(index: int, rows: list[dict], start_method: str, launch: dict[str, Any]):
