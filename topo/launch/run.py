@@ -189,6 +189,7 @@ class Run:
         if self.state is None:
             return empty
         with self.life.monitor.lock:
+            self.state.update()  # the records as of now: a batch the trainer holds was recorded before it was sent
             return read(self.state)
 
     def _end(self, exc: BaseException | None) -> BaseException | None:
