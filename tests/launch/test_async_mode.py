@@ -15,10 +15,7 @@ from tests.launch.script_events import parse
 
 POLICY = {"factory": "topo.policies.tinyvla:make", "kwargs": {"action_dim": 4, "image_size": 16, "state_dim": 8}}
 
-# Known, not yet fixed: at the end of an async run a worker that exits cleanly (exit code 0) is judged a death
-# by the monitor before teardown begins, so the run ends with a launch-error (issue 31, left open).
-pytestmark = [pytest.mark.slow,
-              pytest.mark.xfail(reason="async teardown blames a cleanly exiting worker (issue 31)", strict=False)]
+pytestmark = pytest.mark.slow
 
 
 def async_spec(tmp_path):

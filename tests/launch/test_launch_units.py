@@ -139,6 +139,21 @@ def test_a_builder_traceback_comes_before_the_deaths_it_causes(tmp_path):
     assert found.traceback.endswith("bad kwarg")
 
 
+def test_a_step_traceback_comes_before_the_clean_exits_the_collector_shutdown_causes(tmp_path):
+    # async mode: torchrl queues a worker's step error, its iterator shuts down, and every worker exits 0
+    state = state_with(tmp_path, sub(0, 10, 101), started(0, 0, 20, 102), started(0, 1, 21, 102),
+                       {"name": "constructed", "pid": 21, "time": 103, "seed": 1, "seconds": 0.5,
+                        "worker": {"subcollector": 0, "index": 1}},
+                       {"name": "failed", "pid": 21, "time": 108, "traceback": "Traceback...\nstruct.error: too small",
+                        "worker": {"subcollector": 0, "index": 1}})
+    state.record_death(Death(20, 108.5, "exit code 0"))
+    state.record_death(Death(21, 108.6, "exit code 0"))
+    found = failure.decide(state)
+    assert (found.kind, found.worker, found.message) == (
+        "worker-raised", 1, "env worker raised while collecting: struct.error: too small")
+    assert found.restartable and found.traceback.endswith("too small")
+
+
 def test_closed_workers_and_deaths_after_teardown_began_are_not_failures(tmp_path):
     state = state_with(tmp_path, sub(0, 10, 101), started(0, 0, 20, 102),
                        {"name": "closed", "pid": 20, "time": 130, "seconds": 0.1,

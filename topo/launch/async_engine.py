@@ -70,7 +70,7 @@ class AsyncEngine:
         ctx = multiprocessing.get_context("spawn")
         if run is not None:
             for sub in plan["subcollectors"]:
-                _beats_file(run, sub["index"], sub["num_workers"])
+                heartbeat.create(run.path, sub["index"], 0, sub["num_workers"])  # their memory and steps
         pre = kwargs.pop("pre_collect_hook", None)
         if getattr(pre, "keywords", {}).get("user_hook") is not None:
             raise UsageError("collector.mode async takes no pre_collect_hook: torchrl's AsyncBatchedCollector calls "
@@ -102,14 +102,6 @@ def _chunk(plan: dict[str, Any], workers: int) -> int:
     """Transitions per worker message: a batch's share of one worker, at most torchrl's 64 (its ``auto`` takes
     at least 64, and then a small batch holds the steps of one worker only)."""
     return max(1, min(64, plan["collector"]["frames_per_batch"] // workers))
-
-
-def _beats_file(run: RunDir, index: int, workers: int) -> None:
-    """A zeroed beats file for subcollector ``index``'s workers (:mod:`topo.runtime.heartbeat`): their memory and steps."""
-    file = heartbeat.path(run.path, index, 0)
-    os.makedirs(os.path.dirname(file), exist_ok=True)
-    with open(file, "wb") as f:
-        f.write(bytes(heartbeat.SLOT.size * (1 + workers)))
 
 
 def _wait_built(run: RunDir, n: int) -> None:

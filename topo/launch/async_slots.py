@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import traceback
 from typing import Any, Callable
 
 import torch
@@ -25,6 +26,7 @@ from tensordict.nn import TensorDictModuleBase
 from topo.backends.base import INSTRUCTION_BYTES, Layout
 from topo.errors import UsageError
 from topo.launch import policy as policies
+from topo.runtime.rundir import RunDir
 from topo.worker import make_env as make_worker_env
 
 INSTRUCTION_KEY = ("topo", "instruction")  # uint8 [INSTRUCTION_BYTES]: the utf-8 instruction, zero-padded
@@ -37,9 +39,10 @@ def make_env(instruction_key: str | None = None, **kwargs: Any):
     attributes, no subclass: what the worker records and stamps is untouched). Module level: picklable."""
     env = make_worker_env(**kwargs)
     gc.freeze()  # see the module's docstring
+    reset, step = _reporting(env.reset, kwargs), _reporting(env.step_and_maybe_reset, kwargs)
     if instruction_key is None:
+        env.reset, env.step_and_maybe_reset = reset, step
         return env
-    reset, step = env.reset, env.step_and_maybe_reset
     key = instruction_key
 
     def with_bytes(td: TensorDictBase) -> TensorDictBase:
@@ -49,6 +52,21 @@ def make_env(instruction_key: str | None = None, **kwargs: Any):
     env.reset = lambda *args, **kw: with_bytes(reset(*args, **kw))
     env.step_and_maybe_reset = lambda *args, **kw: (lambda out: (out[0], with_bytes(out[1])))(step(*args, **kw))
     return env
+
+
+def _reporting(call: Callable, kwargs: dict) -> Callable:
+    """``call``, writing a ``failed`` marker with its traceback for the worker's row when it raises: torchrl's
+    env loop only queues the error and waits, and its shutdown then ends every worker with exit code 0."""
+    def reporting(*args: Any, **kw: Any) -> Any:
+        try:
+            return call(*args, **kw)
+        except Exception:
+            run = RunDir.current()
+            if run is not None:
+                run.marker("failed", worker=dict(kwargs.get("worker") or {}), traceback=traceback.format_exc())
+            raise
+
+    return reporting
 
 
 def encode(text: Any) -> torch.Tensor:

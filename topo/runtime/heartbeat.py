@@ -165,13 +165,19 @@ class Stamp:
 
 def open_subcollector(run: RunDir, index: int, workers: int) -> None:
     """In a subcollector, before its workers start: a zeroed beats file (replacing none: one per restart)."""
-    file = path(run.path, index, restart_number())
+    file = create(run.path, index, restart_number(), workers)
+    _mine.update(stamp=Stamp(file, 0), pid=os.getpid())
+
+
+def create(run_dir: str, subcollector: int, restart: int, workers: int) -> str:
+    """A zeroed beats file for a subcollector and its ``workers`` (slot 0 and one slot each); its path."""
+    file = path(run_dir, subcollector, restart)
     os.makedirs(os.path.dirname(file), exist_ok=True)
     tmp = f"{file}.{os.getpid()}.tmp"
     with open(tmp, "wb") as f:
         f.write(bytes(STRIDE * (1 + workers)))
     os.replace(tmp, file)
-    _mine.update(stamp=Stamp(file, 0), pid=os.getpid())
+    return file
 
 
 def asker(run_dir: str, subcollector: int, restart: int) -> Stamp | None:

@@ -17,7 +17,7 @@ from topo.errors import LaunchError
 from topo.launch.supervision.state import RunState, Worker
 
 #: at one instant, who is the more likely cause
-_RANK = {"builder-raised": 0, "worker-died": 1, "worker-hung": 2, "policy-failed": 3, "subcollector-died": 4,
+_RANK = {"builder-raised": 0, "worker-raised": 0, "worker-died": 1, "worker-hung": 2, "policy-failed": 3, "subcollector-died": 4,
          "subcollector-hung": 5, "subcollector-failed": 6, "restart-timeout": 7, "server-died": 8}
 #: what a restart of the subcollector can cure (a policy failure only in a subcollector, not in the server)
 RESTARTABLE = frozenset(_RANK) - {"server-died"}
@@ -82,8 +82,12 @@ def _candidates(state: RunState):
     for w in state.workers.values():
         if w.failed:
             last = w.failed.strip().splitlines()[-1]
-            yield _at_worker(w, "builder-raised", f"env worker failed during construction{_in(w.restart)}: {last}",
-                             w.failed_at, traceback=w.failed)
+            if w.constructed is not None:  # its step loop raised (the async engine's workers record it)
+                yield _at_worker(w, "worker-raised", f"env worker raised while collecting{_in(w.restart)}: {last}",
+                                 w.failed_at, traceback=w.failed)
+            else:
+                yield _at_worker(w, "builder-raised", f"env worker failed during construction{_in(w.restart)}: {last}",
+                                 w.failed_at, traceback=w.failed)
         elif w.died is not None and not w.closed:
             when = "while collecting" if w.constructed else f"during construction{_in(w.restart)}"
             how = w.died.how or "exit status unknown"
