@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, TypedDict, Union, cast
 
 from topo.compiler import plan as planmod
 from topo.compiler import planfile
+from topo.compiler.row import Row
 from topo.errors import UsageError
 
 if TYPE_CHECKING:
@@ -23,33 +24,6 @@ __all__ = ["Plan", "PlanSource", "Row", "Subcollector", "collector", "eval_table
 
 PlanSource = Union[str, "os.PathLike[str]", "dict[str, Any]"]
 """What :func:`load` and :func:`topo.collector` take: a spec path (YAML or Jinja2), a saved plan's path, or a plan dict."""
-
-
-class _RowRequired(TypedDict):
-    subcollector: int
-    index: int
-    global_index: int
-    task_id: int | None
-    instruction: str | None
-    group: int
-    group_id_offset: int
-    group_repeats: int | None
-    group_id_mode: str
-    seed: int | None
-    init_state_mode: str
-    init_state_id: int
-    render_gpu: int | None
-    kwargs: dict[str, Any]
-
-
-class Row(_RowRequired, total=False):
-    """One worker's row of a plan (``docs/reference/plan-format.md``): a plain dict, typed for a type checker.
-
-    ``kwargs`` is exactly the ``create_env_kwargs`` entry the worker gets. ``render_numbering`` is
-    absent from plans written by an older topo.
-    """
-
-    render_numbering: str | None
 
 
 class Subcollector(TypedDict):

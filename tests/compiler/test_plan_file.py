@@ -248,3 +248,16 @@ def test_a_mutated_plan_is_refused_or_runs_never_crashes(plan):
         check_plan(plan, allow_edited=True)
     except (SpecError, StalePlanError) as err:
         assert err.exit_code == 2
+
+
+def test_a_rows_kwargs_block_is_what_the_worker_takes_and_its_fields_are_the_assignments():
+    import inspect
+    import typing
+
+    from topo.backends.base import Assignment
+    from topo.compiler.row import Kwargs, Row
+    from topo.worker import make_env
+
+    taken = {n for n, p in inspect.signature(make_env).parameters.items() if p.kind is p.KEYWORD_ONLY}
+    assert set(typing.get_type_hints(Kwargs)) == taken  # the kwargs block is passed to the worker as is
+    assert set(Assignment._fields) - {"kwargs"} <= set(typing.get_type_hints(Row))

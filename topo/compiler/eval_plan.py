@@ -24,6 +24,7 @@ from topo.compiler.assign import seeds as training_seeds
 from topo.compiler.assign import task_list
 from topo.backends.base import Assignment, Backend, TaskCatalog
 from topo.compiler.limits import MAX_EVAL_EPISODES
+from topo.compiler.row import EvalRow, kwargs_block
 from topo.compiler.spec import Eval, Spec
 
 ROLE = "eval"
@@ -179,25 +180,15 @@ def plan_section(spec: Spec, backend: Backend, catalog: TaskCatalog | None,
                 first = next(ep for ep in mine if ep["task_id"] == task)
                 envs[env_key(task)] = _builder_input(spec, backend, options, c, w, g, first, gpu)
             worker = {"subcollector": c, "index": w, "global_index": g}
-            rows.append({
-                **worker, "role": ROLE,
-                "tasks": row_tasks,
-                "episodes": [dict(ep) for ep in mine],
-                "render_gpu": gpu,
-                "render_numbering": numbering,
-                "kwargs": {
-                    "backend": spec.backend,
-                    "builder": backend.builder,
-                    "env": copy.deepcopy(envs[env_key(mine[0]["task_id"])]),
-                    "seed": mine[0]["seed"],
-                    "render_gpu": gpu,
-                    "render_numbering": numbering,
-                    "render_fallback": fallback,
-                    "worker": {**worker, "role": ROLE},
-                    "schedule": {"envs": envs, "episodes": [dict(ep) for ep in mine],
-                                 "max_episode_steps": e.max_episode_steps},
-                },
-            })
+            block = kwargs_block(backend=spec.backend, builder=backend.builder,
+                                 env=copy.deepcopy(envs[env_key(mine[0]["task_id"])]), seed=mine[0]["seed"],
+                                 render_gpu=gpu, render_numbering=numbering, render_fallback=fallback,
+                                 worker={**worker, "role": ROLE},
+                                 schedule={"envs": envs, "episodes": [dict(ep) for ep in mine],
+                                           "max_episode_steps": e.max_episode_steps})
+            row: EvalRow = {**worker, "role": ROLE, "tasks": row_tasks, "episodes": [dict(ep) for ep in mine],
+                            "render_gpu": gpu, "render_numbering": numbering, "kwargs": block}
+            rows.append(row)
             per_worker.append({**worker, "episodes": len(mine), "tasks": row_tasks})
             g += 1
         subcollectors.append({"index": c, "num_workers": count_c, "render_gpu": gpu, "workers": rows})

@@ -11,11 +11,12 @@ import json
 from typing import Any, Callable, Mapping
 
 from topo.compiler import eval_plan, placement
-from topo.compiler.assign import GROUP_ID_OFFSET, assign
+from topo.compiler.assign import assign
 from topo.compiler.coverage import coverage
 from topo.errors import SpecError
 from topo.compiler.load import Source, load
 from topo.compiler.planfile import FORMAT, seal
+from topo.compiler.row import Where, kwargs_block, training_row
 from topo.compiler.validate import Checked, validate
 from topo.version import __version__
 
@@ -62,32 +63,12 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
     for c, rows in enumerate(assign(spec, backend, catalog)):
         workers = []
         for a in rows:
-            workers.append({
-                "subcollector": a.subcollector,
-                "index": a.index,
-                "global_index": a.global_index,
-                "task_id": a.task_id,
-                "instruction": a.instruction,
-                "group": a.group_id_offset // GROUP_ID_OFFSET,
-                "group_id_offset": a.group_id_offset,
-                "group_repeats": a.group_repeats,
-                "group_id_mode": a.group_id_mode,
-                "seed": a.seed,
-                "init_state_mode": a.init_state_mode,
-                "init_state_id": a.init_state_id,
-                "render_gpu": a.render_gpu,
-                "render_numbering": numbering,
-                "kwargs": {
-                    "backend": spec.backend,
-                    "builder": backend.builder,
-                    "env": _with_options(backend.env_kwargs(shared, a), options),
-                    "seed": a.seed,
-                    "render_gpu": a.render_gpu,
-                    "render_numbering": numbering,
-                    "render_fallback": fallback,
-                    "worker": {"subcollector": a.subcollector, "index": a.index, "global_index": a.global_index},
-                },
-            })
+            where: Where = {"subcollector": a.subcollector, "index": a.index, "global_index": a.global_index}
+            block = kwargs_block(backend=spec.backend, builder=backend.builder,
+                                 env=_with_options(backend.env_kwargs(shared, a), options), seed=a.seed,
+                                 render_gpu=a.render_gpu, render_numbering=numbering, render_fallback=fallback,
+                                 worker=where)
+            workers.append(training_row(a, numbering, block))
         gpu = spec.render_gpus[c % len(spec.render_gpus)] if spec.render_gpus else None
         subcollectors.append({"index": c, "num_workers": len(workers), "render_gpu": gpu, "workers": workers})
     plan = {

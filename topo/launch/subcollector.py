@@ -15,9 +15,10 @@ from topo.runtime import heartbeat
 from topo.runtime.rundir import RunDir
 from topo import seeding
 from topo.launch import observe
+from topo.compiler.row import Row
 
 
-def subcollector_env(index: int, rows: list[dict], start_method: str, launch: dict[str, Any]):
+def subcollector_env(index: int, rows: list[Row], start_method: str, launch: dict[str, Any]):
     """The env of subcollector ``index``: ``ParallelEnv`` over ``topo.worker.make_env``, one row per worker.
 
     Module-level so that its ``functools.partial`` over plain data pickles with any start method.
@@ -65,6 +66,6 @@ def env_factories(plan: dict[str, Any]) -> list[functools.partial]:
     return [env_factory(plan, sub["index"], sub["workers"]) for sub in plan["subcollectors"]]
 
 
-def env_factory(plan: dict[str, Any], index: int, rows: list[dict]) -> functools.partial:
+def env_factory(plan: dict[str, Any], index: int, rows: list[Row]) -> functools.partial:
     """The picklable env factory of subcollector ``index`` over ``rows`` (its plan rows, or a restart's)."""
     return functools.partial(subcollector_env, index, rows, plan["start_methods"]["workers"], dict(plan["launch"]))

@@ -17,6 +17,7 @@ from topo.runtime import events
 from topo.runtime import heartbeat
 from topo.compiler.spec import Recycle as Budgets
 from topo.launch.supervision.restarts import restart_rows
+from topo.compiler.row import Row
 
 GB = 2**30
 
@@ -70,7 +71,7 @@ class Recycle:
     subcollector: int
     restart: int  # the start it made (restarts and recycles count alike: its seeds are restart seeds)
     breach: Breach
-    row: dict  # the plan row of the worker past its budget
+    row: Row  # the plan row of the worker past its budget
     decided_at: float
     began_at: float | None = None
     ready_at: float | None = None

@@ -16,6 +16,7 @@ from topo.runtime import heartbeat
 from topo.compiler.plan import engine
 from topo.runtime.rundir import HOST, RunDir
 from topo.launch.supervision.processes import Death
+from topo.compiler.row import Row
 
 
 class Phase(enum.Enum):
@@ -33,7 +34,7 @@ class Worker:
 
     subcollector: int
     index: int
-    row: dict
+    row: Row
     pid: int | None = None
     local: bool = True  # on this host (under a Ray actor, maybe not)
     started: float | None = None
@@ -193,7 +194,7 @@ class RunState:
                 p.died = death
 
     # -- restarts -------------------------------------------------------------------------------
-    def retire(self, index: int, rows: list[dict]) -> Subcollector:
+    def retire(self, index: int, rows: list[Row]) -> Subcollector:
         """Set subcollector ``index`` and its workers aside; their successors, with ``rows``, take their place
         (after a failure, a restart; past a health budget, a recycle: either is the next start)."""
         old = self.subcollectors[index]
