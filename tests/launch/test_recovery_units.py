@@ -165,6 +165,16 @@ def test_a_subcollector_owing_a_batch_without_any_step_is_a_subcollector_hang(tm
     assert failure.hung(state, {0: delivered}, timeout=10, now=500.0) is None
 
 
+def test_a_worker_stopped_before_its_step_is_the_hang_its_subcollector_waits_on(tmp_path):
+    state = state_of(tmp_path, sub(0, 10, 101), started(0, 0, 20, 102), started(0, 1, 21, 102))
+    owes = [(200.0, 150.0), (180.0, 199.0), (180.0, 198.9)]  # asked at 200; worker 1 never took step 8
+    found = failure.hung(state, {0: owes}, timeout=10, now=211.0, steps={0: [8, 7]})
+    assert (found.kind, found.subcollector, found.worker, found.pid, found.at) == ("worker-hung", 0, 1, 21, 210.0)
+    assert found.message == ("env worker hung while collecting: its subcollector has waited 11.0s for its step "
+                             "(hang_timeout 10s, pid 21); it took 7 steps, its siblings 8")
+    assert failure.hung(state, {0: owes}, timeout=10, now=211.0, steps={0: [8, 8]}).kind == "subcollector-hung"
+
+
 def test_beats_file_roundtrip_and_stamped_steps(tmp_path, monkeypatch):
     monkeypatch.setenv(RESTART_VAR, "2")
     run = RunDir(str(tmp_path))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import threading
+import time
 
 import pytest
 
@@ -46,7 +48,7 @@ def died(c: int) -> Failure:
 def test_recovery_is_the_restart_port():
     members = {name for name in vars(RestartPort) if not name.startswith("_")}
     assert members == {"bell", "tick", "lost", "settle", "judge", "blame", "begin", "poll_ready", "instantiated",
-                       "asked", "between_batches", "abandon", "current_weights"}
+                       "asked", "between_batches", "running_free", "waiting", "failed", "abandon", "current_weights"}
     assert all(hasattr(Recovery, name) for name in members - {"current_weights"})  # that one: given at construction
 
 
@@ -118,6 +120,7 @@ def test_the_local_collector_restarts_what_the_port_says_is_lost():
 
     collector = object.__new__(RespawningSyncCollector)
     collector._real, collector._starting, collector._live = [Proc(True), Proc(False), Proc(True)], {}, True
+    collector._guard = threading.RLock()
     collector._begin = lambda c, old: calls.append(("begin", c))
     collector.supervise(Port(lost={2}), lambda c, rows: None)
     assert [collector._alive(c) for c in range(3)] == [True, True, True]  # torchrl never sees a dead one
@@ -179,3 +182,16 @@ def test_the_shutdown_budget_grows_with_the_largest_subcollector_and_the_eval_ru
     with_eval = {**plan, "eval": {"subcollectors": [{"num_workers": 1}]}}
     assert teardown.shutdown_budget(with_eval) == teardown.shutdown_budget(plan) + teardown.SHUTDOWN_BASE_S + \
         teardown.SHUTDOWN_PER_WORKER_S + sum(teardown.STAGES_S.values())
+
+
+def test_in_the_background_the_runs_failure_interrupts_the_trainer_wherever_it_is():
+    delivery = Delivery()
+    delivery.background(True)  # the collector runs free: the trainer waits on its replay buffer, in its own code
+    found = Failure("worker-died", "a worker of 1 died", 1.0, 1, 0)
+    threading.Timer(0.2, delivery.deliver, [found]).start()  # the monitor's thread
+    with pytest.raises(Aborted):
+        for _ in range(100):
+            time.sleep(0.05)
+    assert delivery.classify(Aborted())[1].failure is found  # what the run raises: topo's error naming it
+    delivery.background(False)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the trainer's own handler is back

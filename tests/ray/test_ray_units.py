@@ -199,7 +199,7 @@ def test_what_ray_raises_is_named_as_the_worker_the_actor_or_the_node_it_was(tmp
 
 
 def test_an_actor_blames_the_env_worker_its_rollout_waits_on():
-    from topo.launch.ray.node import hung
+    from topo.runtime.heartbeat import waiting_on as hung
 
     now = 100.0
     owed = (90.0, 80.0)  # asked at 90, last delivered at 80

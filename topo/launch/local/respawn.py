@@ -17,6 +17,10 @@ subcollectors, not what torchrl does with them:
   shared queue still holds from a subcollector since restarted.
 - its ``iterator`` asks the supervisor to check the run's health budgets between batches
   (``launch.recycle``, :mod:`~topo.launch.supervision.recycle`): a subcollector past one is restarted as above.
+- in the background (``start()``: the subcollectors run free, filling the shared replay buffer, and the trainer
+  never asks for a batch), a thread of topo's checks them as the iterator would, and sets a restarted one
+  running free; :meth:`pause` is torchrl's pause for subcollectors that may die or restart meanwhile (a restart
+  begun during a pause starts paused and runs free again when the pause ends).
 
 The contract (the batch in flight): sync, the batch being gathered waits for the restarted
 subcollector's first rollout and has every subcollector, as always; what a subcollector delivered
@@ -29,10 +33,13 @@ Every private torchrl name used here goes through :mod:`.boundary`.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import os
 import queue as queues
+import select
+import threading
 import time
 import warnings
 from multiprocessing import connection
@@ -43,9 +50,13 @@ from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector
 from topo.runtime.time_breakdown import Pace
 
 from topo.launch import boundary
+from topo.launch.supervision import failure as failures
 from topo.launch.supervision.port import RestartPort
 
 ACK_POLL_S = 0.05
+KEEP_S = 0.2  # in the background: how often the subcollectors are checked (at once when the monitor decides)
+BUDGETS_S = 1.0  # in the background: how often the health budgets are (an iterating trainer: between batches)
+PAUSE_S = 30.0  # torchrl's own wait for a subcollector to pause; past it (no restart meanwhile), it is hung
 
 
 class Respawning:
@@ -68,6 +79,11 @@ class Respawning:
         self._restarts = [0] * len(self._real)  # restarts begun, per subcollector
         self._starting: dict[int, tuple[int, Any]] = {}  # c -> (its restart number, its pipe) until instantiated
         self._live = True
+        self._guard = threading.RLock()  # the trainer's thread and the background keeper check the subcollectors
+        self._background = False  # start() was called: the subcollectors fill the replay buffer themselves
+        self._free = False  # running free in the background (outside a pause)
+        self._fresh: set[int] = set()  # restarted while paused: run free (not "restart") when the pause ends
+        self._keeper: threading.Thread | None = None
         self.procs = [_Process(self, c) for c in range(len(self._real))]
         self.pipes = [_Pipe(p, functools.partial(self._asked, c)) for c, p in enumerate(self.pipes)]
         self.queue_out = _Inbox(self.queue_out, self.pipes, self)
@@ -90,14 +106,15 @@ class Respawning:
         recovery = self.recovery
         if recovery is None or not self._live:
             return not proc._closed and proc.is_alive()  # torchrl's own answer
-        recovery.tick()
-        if c in self._starting:
-            self._poll(c)
-        elif recovery.lost(c):
-            self._begin(c, proc)
-        elif not proc.is_alive():
-            recovery.settle(c, proc.pid, proc.exitcode)
-            self._begin(c, proc)
+        with self._guard:
+            recovery.tick()
+            if c in self._starting:
+                self._poll(c)
+            elif recovery.lost(c):
+                self._begin(c, proc)
+            elif not proc.is_alive():
+                recovery.settle(c, proc.pid, proc.exitcode)
+                self._begin(c, proc)
         return True
 
     def _asked(self, c: int) -> None:
@@ -144,7 +161,99 @@ class Respawning:
             del self._starting[c]
             self.queue_out.started(c)
             self.pipes[c].replace(parent)
-            self.pipes[c].ask_again()
+            if self._free:
+                self.pipes[c].send((None, "run_free"))
+            elif self._background:  # paused
+                self._fresh.add(c)
+            else:
+                self.pipes[c].ask_again()
+
+    # -- in the background ----------------------------------------------------------------------
+    def start(self):
+        """torchrl's (the subcollectors run free, filling the replay buffer); then topo's keeper checks them."""
+        super().start()
+        if self.recovery is None:
+            return
+        self._background = self._free = True
+        self.recovery.running_free(True)
+        self._keeper = threading.Thread(target=self._keep, name="topo-background-keeper", daemon=True)
+        self._keeper.start()
+
+    def _keep(self) -> None:
+        """While the collector runs free: each subcollector checked as torchrl's iterator would (a lost one
+        restarted and set running free), the health budgets every :data:`BUDGETS_S`. What it raises is the run's."""
+        budgets = time.monotonic()
+        try:
+            while self._live:
+                if self._free:
+                    with self._guard:
+                        for c in range(len(self._real)):
+                            self._alive(c)
+                    if time.monotonic() - budgets >= BUDGETS_S:
+                        budgets = time.monotonic()
+                        self.recovery.between_batches()
+                if select.select([self.recovery.bell], [], [], KEEP_S)[0]:
+                    os.read(self.recovery.bell, 64)
+        except BaseException as exc:  # noqa: BLE001 - the run's failure reaches the trainer through the monitor
+            if self._live:
+                self.recovery.failed(exc)
+
+    @contextlib.contextmanager
+    def pause(self):
+        """torchrl's pause (every subcollector stops collecting; the body runs; they run free again), for
+        subcollectors that die, hang or restart meanwhile: a restarted one is not waited for (it starts paused)."""
+        if self.recovery is None or not self._background:
+            with super().pause():
+                yield
+            return
+        with self.recovery.waiting():
+            with self._guard:
+                self._free = False
+                asked = {c: self._restarts[c] for c in range(len(self._real))
+                         if c not in self._starting and self._send(c, "pause")}
+            self._await_paused(asked)
+        self.recovery.running_free(False)
+        try:
+            yield
+        finally:
+            with self._guard:
+                for c in range(len(self._real)):
+                    if c not in self._starting:
+                        self._send(c, "run_free" if c in self._fresh or c not in asked
+                                   or self._restarts[c] != asked[c] else "restart")
+                self._fresh.clear()
+                self._free = True
+            self.recovery.running_free(True)
+
+    def _send(self, c: int, message: str) -> bool:
+        """Send ``message`` to subcollector ``c``; False if it is gone (the next check restarts it)."""
+        try:
+            self.pipes[c].send((None, message))
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            return False
+        return True
+
+    def _await_paused(self, asked: dict[int, int]) -> None:
+        """Until each subcollector asked to pause said "paused", or was restarted since (its restart is paused);
+        one silent for :data:`PAUSE_S` is judged hung (restarted, or the run fails naming it)."""
+        waiting, since = dict(asked), time.monotonic()
+        while waiting:
+            try:
+                item = self.queue_out.get(timeout=KEEP_S)
+            except queues.Empty:
+                item = None
+            c = boundary.sender_of(item) if item is not None else None
+            if c in waiting and item[1] == "paused":
+                del waiting[c]
+                since = time.monotonic()
+            for c, restarts in list(waiting.items()):
+                self._alive(c)
+                if self._restarts[c] != restarts:
+                    del waiting[c]
+                    since = time.monotonic()
+                elif time.monotonic() - since > PAUSE_S:
+                    self.recovery.judge(c, self.recovery.blame(functools.partial(failures.unpaused, index=c, waited=PAUSE_S)),
+                                        first_records=False)
 
     # -- weights --------------------------------------------------------------------------------
     def update_policy_weights_(self, policy_or_weights=None, *, worker_ids=None, **kwargs) -> None:
@@ -170,6 +279,10 @@ class Respawning:
     # -- the end --------------------------------------------------------------------------------
     def shutdown(self, *args, **kwargs):
         self._live = False  # torchrl's shutdown asks is_alive() too: no restart from there
+        keeper, self._keeper = getattr(self, "_keeper", None), None
+        if keeper is not None:
+            keeper.join(KEEP_S * 5)
+            self.recovery.running_free(False)
         for c in list(getattr(self, "_starting", ())):  # not connected: it would never hear "close"
             self.recovery.abandon(c, self._real[c])
             del self._starting[c]

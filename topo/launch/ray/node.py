@@ -89,7 +89,7 @@ class NodeCollector(Collector):
         return f"NodeCollector(subcollector {self._topo_where[0]}, restart {self._topo_where[1]})"
 
     def _topo_watch(self, subcollector: int, restart: int, timeout: float) -> None:
-        """Every :data:`WATCH_EVERY_S`: SIGKILL the env workers that hang (:func:`hung`): the rollout then fails,
+        """Every :data:`WATCH_EVERY_S`: SIGKILL the env workers that hang (:func:`~topo.runtime.heartbeat.waiting_on`): the rollout then fails,
         and :meth:`next` names them hung. When the rollout waits on none of them (the actor itself hangs, in its
         policy say), the actor ends itself: the trainer then restarts or names it as a dead actor."""
         while True:
@@ -98,7 +98,7 @@ class NodeCollector(Collector):
             health = heartbeat.health(self._topo_run_dir, subcollector, restart)
             if not slots or health is None:
                 continue
-            found = hung(slots, [h.steps if h else 0 for h in health], timeout, time.time())
+            found = heartbeat.waiting_on(slots, [h.steps if h else 0 for h in health], timeout, time.time())
             if found is None:
                 continue
             workers = boundary.env_worker_processes(self.env)
@@ -163,24 +163,3 @@ class NodeCollector(Collector):
         if remove and self._topo_run_dir.startswith(os.path.join(tempfile.gettempdir(), NODE_RUNS)):
             shutil.rmtree(self._topo_run_dir, ignore_errors=True)
         return out
-
-
-def hung(slots: list[tuple[float, float]], steps: list[int], timeout: float, now: float) -> dict[int, float] | None:
-    """What hangs in a subcollector, from its heartbeat ``slots`` (:mod:`topo.runtime.heartbeat`: slot 0 the rollout's
-    (asked, delivered), slot ``w + 1`` worker ``w``'s step (started, ended)) and its workers' ``steps``: None
-    when nothing does; else the workers to blame, each with how long the rollout has waited on it. Those in a
-    step or reset started more than ``timeout`` ago; or, when the rollout is owed and no worker stepped for
-    ``timeout``, those the step waits on: fewer steps than the others (the workers of a ``ParallelEnv`` step
-    together; one stopped before it could stamp its step shows so). An empty dict: the rollout is owed and
-    waits on no worker (the collector itself hangs)."""
-    asked, delivered = slots[0]
-    workers = slots[1:]
-    busy = {i: now - started for i, (started, ended) in enumerate(workers) if started > ended}
-    if busy:
-        late = {i: seconds for i, seconds in busy.items() if seconds > timeout}
-        return late or None
-    last = max([asked, *(ended for _, ended in workers)])
-    if asked <= delivered or now - last <= timeout:
-        return None
-    most = max(steps, default=0)
-    return {i: now - last for i, n in enumerate(steps[:len(workers)]) if n < most}

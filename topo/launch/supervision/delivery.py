@@ -5,7 +5,8 @@ to :meth:`Delivery.deliver`. From then on the trainer gets one :class:`~topo.err
 :meth:`Delivery.error`, wherever it is:
 
 - inside topo's waits (the collector's constructor and iterator, a weight update: :meth:`interruptible`),
-  it is woken by SIGINT in the main thread and raises the error on the way out;
+  it is woken by SIGINT in the main thread and raises the error on the way out; while the collector fills a
+  replay buffer in the background (torchrl's ``start()``: :meth:`background`), wherever the trainer is;
 - when torchrl asks after its processes (:mod:`.respawn`), :meth:`raise_if_failed` raises it;
 - when torchrl raised first (it saw a dead process), :meth:`classify` waits up to ``SETTLE_S`` for the
   failure behind it and raises that instead.
@@ -35,13 +36,14 @@ class Delivery:
         self._error: LaunchError | None = None
         self._main = threading.main_thread().ident
         self._section = threading.Lock()
-        self._in_section = False
+        self._in_section = 0  # how many interruptible sections the main thread is in (they nest)
+        self._background: contextlib.ExitStack | None = None
 
     def deliver(self, found: failures.Failure) -> None:
         """In the monitor's thread: the run's failure; the trainer is woken if it waits inside topo."""
         self.failure = found
         with self._section:
-            if self._in_section:
+            if self._in_section > 0:
                 signal.pthread_kill(self._main, signal.SIGINT)
 
     def error(self) -> LaunchError | None:
@@ -72,7 +74,7 @@ class Delivery:
 
         signal.signal(signal.SIGINT, on_sigint)
         with self._section:
-            self._in_section = True
+            self._in_section += 1
         try:
             if self.failure is not None:
                 raise Aborted()  # delivered while the trainer was elsewhere: do not start a wait it would end
@@ -81,8 +83,18 @@ class Delivery:
             raise self.error() from None
         finally:
             with self._section:
-                self._in_section = False
+                self._in_section -= 1
             signal.signal(signal.SIGINT, previous)
+
+    def background(self, on: bool) -> None:
+        """From the main thread: the collector runs free in the background (``on``) or no longer does. Meanwhile
+        the trainer is in its own code, waiting on the replay buffer: the run's failure interrupts it there."""
+        if on and self._background is None and threading.get_ident() == self._main:
+            self._background = contextlib.ExitStack()
+            self._background.enter_context(self.interruptible())
+        elif not on and self._background is not None and threading.get_ident() == self._main:
+            stack, self._background = self._background, None
+            stack.close()
 
     def classify(self, exc: BaseException | None) -> tuple[BaseException | None, BaseException | None]:
         """(what the report states, what the caller raises: ``exc`` itself or topo's error for it)."""

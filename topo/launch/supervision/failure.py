@@ -10,11 +10,14 @@ retired one did after it was replaced caused nothing.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from topo.errors import LaunchError
+from topo.runtime import heartbeat
 from topo.launch.supervision.state import RunState, Worker
+from topo.compiler.row import Row
 
 #: at one instant, who is the more likely cause
 _RANK = {"builder-raised": 0, "worker-raised": 0, "worker-died": 1, "worker-hung": 2, "policy-failed": 3, "subcollector-died": 4,
@@ -32,7 +35,7 @@ class Failure:
     at: float | None = None
     subcollector: int | None = None
     worker: int | None = None
-    row: dict | None = None
+    row: Row | None = None
     pid: int | None = None
     how: str | None = None  # "killed by SIGKILL", "exit code 3"
     traceback: str | None = None
@@ -110,33 +113,41 @@ def _candidates(state: RunState):
                           sub.died.time, sub.index, pid=sub.pid, how=sub.died.how, restart=sub.restart)
 
 
-def hung(state: RunState, beats: Mapping[int, list[tuple[float, float]]], timeout: float, now: float) -> Failure | None:
-    """The first hang the heartbeats show (:mod:`topo.runtime.heartbeat`), among the subcollectors in ``beats``.
+def hung(state: RunState, beats: Mapping[int, list[tuple[float, float]]], timeout: float, now: float,
+         steps: Mapping[int, list[int]] | None = None) -> Failure | None:
+    """The first hang the heartbeats show (:func:`topo.runtime.heartbeat.waiting_on`), among the subcollectors in
+    ``beats`` (``steps``: each one's workers' step counts, when known).
 
-    A worker hangs when one env step or reset has run for ``timeout`` seconds; a subcollector when it
-    owes a batch (its rollout started, its batch is not out) and none of its workers is in a step or
-    ended one for ``timeout`` seconds. A hang happens ``timeout`` seconds after the step started (or the
-    last one ended): that is its time for blame.
+    A worker hangs when one env step or reset has run for ``timeout`` seconds, or when its subcollector owes a
+    batch, no worker stepped for ``timeout`` seconds and it took fewer steps than its siblings (stopped before
+    its step began); a subcollector, when it owes a batch and waits on none of its workers. A hang happens
+    ``timeout`` seconds after the step started (or the last one ended): that is its time for blame.
     """
     found = []
     for c, slots in beats.items():
         sub = state.subcollectors[c]
-        rollout_started, delivered = slots[0]
-        busy, last = False, rollout_started
-        for w in (w for w in state.workers.values() if w.subcollector == c and w.index + 1 < len(slots)):
-            started, ended = slots[w.index + 1]
-            last = max(last, ended)
-            if started > ended:
-                busy = True
-                if now - started > timeout:
-                    found.append(_at_worker(
-                        w, "worker-hung", f"env worker hung while collecting: its step has not returned for "
-                        f"{now - started:.1f}s (hang_timeout {timeout:g}s, pid {w.pid}); it last finished a step "
-                        f"{now - ended:.1f}s ago", started + timeout, restart=w.restart))
-        if rollout_started > delivered and not busy and now - last > timeout:
+        counts = list((steps or {}).get(c) or [0] * (len(slots) - 1))
+        waits = heartbeat.waiting_on(slots, counts, timeout, now)
+        if waits is None:
+            continue
+        if not waits:
+            last = max([slots[0][0], *(ended for _, ended in slots[1:])])
             found.append(Failure("subcollector-hung", f"subcollector stopped answering while collecting: no env step "
                                  f"for {now - last:.1f}s while a batch was due (hang_timeout {timeout:g}s, pid {sub.pid})",
                                  last + timeout, c, pid=sub.pid, restart=sub.restart))
+        for i, seconds in waits.items():
+            w = state.workers.get((c, i))
+            if w is None:
+                continue
+            started, ended = slots[i + 1]
+            if started > ended:
+                message = (f"env worker hung while collecting: its step has not returned for {now - started:.1f}s "
+                           f"(hang_timeout {timeout:g}s, pid {w.pid}); it last finished a step {now - ended:.1f}s ago")
+            else:
+                message = (f"env worker hung while collecting: its subcollector has waited {seconds:.1f}s for its step "
+                           f"(hang_timeout {timeout:g}s, pid {w.pid}); it took {counts[i]} steps, its siblings "
+                           f"{max(counts)}")
+            found.append(_at_worker(w, "worker-hung", message, now - seconds + timeout, restart=w.restart))
     return min(found, key=lambda f: (f.at, _RANK[f.kind]), default=None)
 
 
@@ -148,6 +159,13 @@ def restart_timeout(state: RunState, index: int, timeout: float, now: float) -> 
         "was not ready"
     return Failure("restart-timeout", f"restart {sub.restart} of subcollector {index} not ready after {timeout:g}s "
                    f"(launch.startup_timeout): {names}", now, index, pid=sub.pid, restart=sub.restart)
+
+
+def unpaused(state: RunState, index: int, waited: float) -> Failure:
+    """Subcollector ``index`` was asked to pause (the background collector's ``pause()``) and never said it had."""
+    sub = state.subcollectors[index]
+    return Failure("subcollector-hung", f"subcollector did not pause within {waited:g}s (pid {sub.pid}): its rollout "
+                   "never ended", time.time(), index, pid=sub.pid, restart=sub.restart)
 
 
 def subcollector_failed(index: int, restart: int, pid: int | None, message: str, traceback: str | None) -> Failure:

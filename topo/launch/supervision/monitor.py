@@ -145,13 +145,14 @@ class Monitor:
         if self.hang_timeout is None or now - self._last_beats < HANG_SCAN_S:
             return None
         self._last_beats = now
-        beats = {}
+        beats, steps = {}, {}
         for c, sub in self.state.subcollectors.items():
             if sub.local and sub.pid and not sub.pending and (sub.restart == 0 or sub.ready):
                 slots = heartbeat.read(self.state.run.path, c, sub.restart)
+                health = heartbeat.health(self.state.run.path, c, sub.restart)
                 if slots:
-                    beats[c] = slots
-        return failure.hung(self.state, beats, self.hang_timeout, now)
+                    beats[c], steps[c] = slots, [h.steps if h else 0 for h in health or ()]
+        return failure.hung(self.state, beats, self.hang_timeout, now, steps)
 
     def _late_restart(self, now: float) -> failure.Failure | None:
         """A restarted subcollector not collecting ``startup_timeout`` seconds after it started."""

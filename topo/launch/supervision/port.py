@@ -12,6 +12,7 @@ from typing import Any, Callable, ContextManager, Protocol
 
 from topo.launch.supervision.failure import Failure
 from topo.launch.supervision.state import RunState
+from topo.compiler.row import Row
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,7 @@ class Restarting:
     its new start (None: the first start's) and the launch window it starts in."""
 
     restart: int
-    rows: list[dict]
+    rows: list[Row]
     policy_factory: Callable | None
     window: ContextManager
 
@@ -61,6 +62,16 @@ class RestartPort(Protocol):
 
     def between_batches(self) -> None:
         """The trainer asked for the next batch (health budgets: a subcollector may be rebuilt)."""
+
+    def running_free(self, on: bool) -> None:
+        """The subcollectors fill the replay buffer in the background (``on``), or stop: meanwhile the run's
+        failure interrupts the trainer wherever it is."""
+
+    def waiting(self) -> ContextManager:
+        """A wait of the trainer inside the engine (a pause): the run's failure interrupts it."""
+
+    def failed(self, exc: BaseException) -> None:
+        """The engine's own thread raised ``exc``: the run fails with it (the trainer is told as of any failure)."""
 
     def abandon(self, c: int, proc: Any) -> None:
         """The run ends while ``c``'s restart (process ``proc``) starts."""

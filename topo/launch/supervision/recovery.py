@@ -61,6 +61,19 @@ class Recovery:
         rebuilt (:mod:`.recycle`; the collector starts it at its next check, as a restart)."""
         self.recycler.between_batches(time.time())
 
+    def running_free(self, on: bool) -> None:
+        """The subcollectors fill the replay buffer in the background, or stop (:meth:`.Delivery.background`)."""
+        self.delivery.background(on)
+
+    def waiting(self):
+        """A wait of the trainer inside the engine: the run's failure interrupts it."""
+        return self.delivery.interruptible()
+
+    def failed(self, exc: BaseException) -> None:
+        """The engine's own thread raised ``exc``, which no record explains: the run's failure, judged by the monitor."""
+        if self.delivery.failure is None:
+            self.monitor.submit(failures.collector_error(exc))
+
     def lost(self, index: int) -> bool:
         """Subcollector ``index`` must be started again (the monitor decided it)."""
         with self.monitor.lock:

@@ -1,0 +1,81 @@
+"""A trainer of the recipe's shape (torchrl's vla_grpo): ``python background_trainer.py SPEC REPORT [options]``.
+
+The collector fills a shared replay buffer in the background (``run.collector.start()``); each iteration waits
+until the buffer holds ``--rows`` more rows, then updates inside ``with run.collector.pause():``, pushing the
+policy's weights. One JSON line per event on stdout. ``--then kill-worker`` SIGKILLs env worker 1 of
+subcollector 1 after iteration ``--at``; ``--then stop-worker`` SIGSTOPs it (a hang).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import time
+
+from script_events import emit  # this folder: the script's own path entry
+from trainer import worker_pid
+
+WAIT_S = 240.0  # a buffer that stops filling ends the script, named, long before the test's guard
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("spec")
+    parser.add_argument("report")
+    parser.add_argument("--iterations", type=int, default=4)
+    parser.add_argument("--rows", type=int, default=64)
+    parser.add_argument("--restarts", type=int, default=0)
+    parser.add_argument("--hang-timeout", type=float, default=None)
+    parser.add_argument("--then", choices=["kill-worker", "stop-worker"], default=None)
+    parser.add_argument("--at", type=int, default=1)
+    args = parser.parse_args()
+
+    import torch
+    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+    import topo
+    from topo.errors import LaunchError
+    from topo.policies.tinyvla import make
+
+    plan = topo.compile_spec(args.spec)
+    kwargs = {"action_dim": 4, "image_size": 16, "state_dim": 8}
+    plan["policy"] = {"factory": "topo.policies.tinyvla:make", "kwargs": kwargs, "placement": "subcollector",
+                      "device": None, "weight_sync": "shared_mem"}
+    plan["launch"]["restarts"] = {"max": args.restarts, "window": None}
+    if args.hang_timeout is not None:
+        plan["launch"]["hang_timeout"] = args.hang_timeout
+    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(10_000, shared_init=True), shared=True)
+    policy = make(**kwargs)
+    run = topo.collector(plan, policy=policy, report_dir=args.report, progress=False, replay_buffer=buffer)
+    try:
+        with run:
+            emit(event="ready", run_dir=run.run_dir)
+            run.collector.start()
+            for i in range(args.iterations):
+                target, began = buffer.write_count + args.rows, time.monotonic()
+                while buffer.write_count < target:
+                    if time.monotonic() - began > WAIT_S:
+                        emit(event="starved", iteration=i, rows=buffer.write_count)
+                        return
+                    time.sleep(0.05)
+                with run.collector.pause():
+                    with torch.no_grad():
+                        for p in policy.parameters():
+                            p.add_(0.01)
+                    version = run.update_weights()
+                rows = buffer[: len(buffer)]
+                emit(event="iteration", iteration=i, seconds=time.monotonic() - began, version=version,
+                     rows=len(buffer), versions=sorted({int(v) for v in rows["policy_version"].flatten().tolist()}),
+                     restarts=[(r["subcollector"], r["outcome"]) for r in run.restarts])
+                if args.then and i == args.at:
+                    victim = worker_pid(run, 1, 1)
+                    os.kill(victim, signal.SIGKILL if args.then == "kill-worker" else signal.SIGSTOP)
+                    emit(event="faulted", pid=victim, how=args.then)
+    except LaunchError as exc:
+        emit(event="launch-error", message=str(exc), subcollector=exc.subcollector, worker=exc.worker)
+    finally:
+        emit(event="after", report=run.report.data if run.report else None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""The recipe's loop (torchrl's vla_grpo) on topo, real processes (toy 2 x 2, TinyVLA): the subcollectors fill a shared
+replay buffer in the background (``run.collector.start()``), the trainer updates inside ``pause()``. A worker killed
+or hung meanwhile is named with its row and its subcollector restarted; the buffer keeps filling with the pushed
+weights; nothing is left."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.launch.launch_helpers import HANG_GUARD_S, HERE, subprocess_env, toy_spec, write
+from tests.launch.script_events import parse
+from tests.launch.test_restarts import assert_nothing_left, of
+
+pytestmark = pytest.mark.slow
+
+
+def background(tmp_path, *args) -> tuple[list[dict], dict, float]:
+    spec = write(tmp_path / "toy.yaml", toy_spec(2, 2))
+    done = subprocess.run([sys.executable, str(HERE / "background_trainer.py"), str(spec), str(tmp_path / "report"),
+                           *map(str, args)], env=subprocess_env(), capture_output=True, text=True,
+                          timeout=HANG_GUARD_S)
+    t_end = time.time()
+    events = list(parse(done.stdout))
+    assert done.returncode == 0 and not of(events, "starved"), done.stderr[-3000:]
+    (after,) = of(events, "after")
+    return events, after["report"], t_end
+
+
+def test_the_buffer_fills_in_the_background_with_each_pushed_version(tmp_path):
+    events, report, t_end = background(tmp_path, "--iterations", 3)
+    iterations = of(events, "iteration")
+    assert not of(events, "launch-error") and [i["version"] for i in iterations] == [1, 2, 3]
+    assert all(i["rows"] >= 64 * (n + 1) for n, i in enumerate(iterations))
+    assert iterations[-1]["versions"][-1] >= 2  # rows acted with weights pushed inside a pause
+    assert report["ok"] and report["restarts"] == []
+    assert report["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 4}
+    assert_nothing_left(report, t_end)
+
+
+@pytest.mark.parametrize("fault,kind", [("kill-worker", "worker-died"), ("stop-worker", "worker-hung")])
+def test_a_worker_killed_or_hung_in_the_background_restarts_from_its_row_and_the_buffer_keeps_filling(
+        tmp_path, fault, kind):
+    events, report, t_end = background(tmp_path, "--iterations", 4, "--then", fault, "--at", 0, "--restarts", 1,
+                                       "--hang-timeout", 4)
+    (faulted,) = of(events, "faulted")
+    iterations = of(events, "iteration")
+    assert not of(events, "launch-error") and [i["version"] for i in iterations] == [1, 2, 3, 4]
+    assert report["ok"] and len(report["restarts"]) == 1
+    (restart,) = report["restarts"]
+    cause = restart["cause"]
+    assert (cause["kind"], cause["subcollector"], cause["worker"], cause["pid"]) == (kind, 1, 1, faulted["pid"])
+    assert restart["row"]["global_index"] == 3 and restart["seeds"]["applied"] == [106, 107]  # plan seeds 102, 103 + 4
+    assert iterations[-1]["restarts"] == [[1, "collecting"]]  # the restarted subcollector fills the buffer too
+    assert iterations[-1]["versions"][-1] >= 3
+    assert_nothing_left(report, t_end)
