@@ -35,6 +35,7 @@ def main() -> None:
 
     import topo
     from topo.errors import LaunchError
+    from topo.launch.instruction_bytes import decode
     from topo.policies.tinyvla import make
 
     plan = topo.compile_spec(args.spec)
@@ -64,8 +65,10 @@ def main() -> None:
                             p.add_(0.01)
                     version = run.update_weights()
                 rows = buffer[: len(buffer)]
+                text = decode(rows["topo", "instruction"])  # strings cross a shared buffer as bytes
                 emit(event="iteration", iteration=i, seconds=time.monotonic() - began, version=version,
                      rows=len(buffer), versions=sorted({int(v) for v in rows["policy_version"].flatten().tolist()}),
+                     instructions=sorted(set(text)), strings="language_instruction" in rows.keys(),
                      restarts=[(r["subcollector"], r["outcome"]) for r in run.restarts])
                 if args.then and i == args.at:
                     victim = worker_pid(run, 1, 1)

@@ -12,6 +12,7 @@ from topo.backends.base import INSTRUCTION_BYTES
 from topo.errors import UsageError
 from topo.launch import async_slots
 from topo.launch.async_engine import AsyncEngine, Observer
+from topo.launch.instruction_bytes import as_bytes, decode, encode
 from topo.launch.engines import engine_for
 from topo.runtime.rundir import RunDir
 
@@ -59,8 +60,8 @@ def test_a_policy_without_keys_or_reading_an_undeclared_key_is_refused_naming_it
 
 def test_an_instruction_crosses_the_slot_as_bytes():
     words = ["push the block", "", "é" * 10]
-    assert async_slots.decode(torch.stack([async_slots.encode(w) for w in words])) == words
-    assert async_slots.decode(async_slots.encode("x" * 1000)) == ["x" * INSTRUCTION_BYTES]
+    assert decode(torch.stack([encode(w) for w in words])) == words
+    assert decode(encode("x" * 1000)) == ["x" * INSTRUCTION_BYTES]
 
 
 def test_the_observer_writes_each_subcollectors_record_from_the_rows_that_took_the_steps(tmp_path):
@@ -83,3 +84,25 @@ def test_the_plan_chooses_the_async_engine():
     plan = {"collector": {"mode": "async"}, "placement": None, "subcollectors": []}
     assert isinstance(engine_for(plan), AsyncEngine)
     assert "restarts" not in engine_for(plan).capabilities
+
+
+def test_a_batch_for_a_shared_buffer_carries_its_instructions_as_bytes_and_the_collectors_own_is_untouched():
+    import pickle
+
+    from tensordict import NonTensorStack
+    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+    from topo.launch.instruction_bytes import INSTRUCTION_KEY, Buffer
+
+    batch = TensorDict({"obs": torch.zeros(2, 3), "next": {"obs": torch.zeros(2, 3)}}, [2, 3])
+    words = NonTensorStack(*[NonTensorStack(*[w] * 3) for w in ("push left", "lift")])
+    batch["language_instruction"] = batch["next", "language_instruction"] = words
+    out = as_bytes(batch, "language_instruction")
+    assert "language_instruction" not in out.keys() and ("next", "language_instruction") not in out.keys(True)
+    assert decode(out[INSTRUCTION_KEY]) == ["push left"] * 3 + ["lift"] * 3
+    assert "language_instruction" in batch.keys()  # the collector's buffers keep their strings
+    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
+    wrapped = Buffer(buffer, "language_instruction")
+    assert isinstance(pickle.loads(pickle.dumps(wrapped)).storage, LazyTensorStorage)  # as a subcollector gets it
+    wrapped.extend(batch.reshape(-1))
+    assert len(wrapped) == 6 and decode(buffer[:6][INSTRUCTION_KEY]) == ["push left"] * 3 + ["lift"] * 3

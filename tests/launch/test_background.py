@@ -35,6 +35,8 @@ def test_the_buffer_fills_in_the_background_with_each_pushed_version(tmp_path):
     assert not of(events, "launch-error") and [i["version"] for i in iterations] == [1, 2, 3]
     assert all(i["rows"] >= 64 * (n + 1) for n, i in enumerate(iterations))
     assert iterations[-1]["versions"][-1] >= 2  # rows acted with weights pushed inside a pause
+    # each row's instruction as its worker wrote it (as bytes: a shared buffer shares no strings)
+    assert not iterations[-1]["strings"] and iterations[-1]["instructions"] == ["lift", "push left", "push right"]
     assert report["ok"] and report["restarts"] == []
     assert report["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 4}
     assert_nothing_left(report, t_end)

@@ -26,10 +26,10 @@ from tensordict.nn import TensorDictModuleBase
 from topo.backends.base import INSTRUCTION_BYTES, Layout
 from topo.errors import UsageError
 from topo.launch import policy as policies
+from topo.launch.instruction_bytes import INSTRUCTION_KEY, decode, encode
 from topo.runtime.rundir import RunDir
 from topo.worker import make_env as make_worker_env
 
-INSTRUCTION_KEY = ("topo", "instruction")  # uint8 [INSTRUCTION_BYTES]: the utf-8 instruction, zero-padded
 VERSION_KEY = policies.VERSION_KEY
 
 
@@ -67,20 +67,6 @@ def _reporting(call: Callable, kwargs: dict) -> Callable:
             raise
 
     return reporting
-
-
-def encode(text: Any) -> torch.Tensor:
-    """An instruction (a string, NonTensorData or None) as ``INSTRUCTION_BYTES`` zero-padded utf-8 bytes."""
-    text = getattr(text, "data", text)
-    raw = ("" if text is None else str(text)).encode()[:INSTRUCTION_BYTES]
-    out = torch.zeros(INSTRUCTION_BYTES, dtype=torch.uint8)
-    out[:len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else out[:0]
-    return out
-
-
-def decode(tensor: torch.Tensor) -> list[str]:
-    """A batch of encoded instructions back to strings."""
-    return [bytes(row.tolist()).rstrip(b"\0").decode(errors="replace") for row in tensor.reshape(-1, INSTRUCTION_BYTES)]
 
 
 class Instructed(TensorDictModuleBase):

@@ -23,13 +23,21 @@ _here: dict[str, Any] = {}  # in a subcollector process: its index and its batch
 
 def set_subcollector(index: int, backend: str | None) -> None:
     """Called by the subcollector's env factory: the index :func:`hook` reports under, and its backend's batch keys."""
+    _here.update(index=index, keys=_keys(backend), batches=0, first=None, first_time=None)
+
+
+def instruction_key(backend: str | None) -> str | None:
+    """The batch key that holds the instruction (a string per step) for ``backend`` (None: none)."""
+    return _keys(backend).instruction
+
+
+def _keys(backend: str | None):
     from topo.backends import BatchKeys, get_backend
 
     try:
-        keys = get_backend(backend).batch_keys if backend else BatchKeys()
+        return get_backend(backend).batch_keys if backend else BatchKeys()
     except LookupError:
-        keys = BatchKeys()
-    _here.update(index=index, keys=keys, batches=0, first=None, first_time=None)
+        return BatchKeys()
 
 
 def hook(batch: Any, user_hook: Callable | None = None) -> None:

@@ -361,6 +361,11 @@ def _build(run: Run) -> tuple[Any, Recovery | None]:
     multiprocessing.set_start_method(plan["start_methods"]["subcollectors"], force=True)
     kwargs = dict(run.options.collector_kwargs)
     kwargs.update(observe.hooks_with(kwargs.get("pre_collect_hook"), kwargs.get("post_collect_hook")))
+    key = observe.instruction_key(plan["env"]["backend"])
+    if kwargs.get("replay_buffer") is not None and key and wiring.engine.name == "local":
+        from topo.launch import instruction_bytes  # the subcollectors write a shared buffer: no strings in it
+
+        kwargs["replay_buffer"] = instruction_bytes.Buffer(kwargs["replay_buffer"], key)
     wiring.engine.connect(plan)
     placement = wiring.placement
     if placement is not None:
