@@ -62,11 +62,13 @@ def _in_fast(nodeid: str, entry: str) -> bool:
 
 #: the files that take longest, collected first (each keeps its tests' order): under pytest-xdist's loadfile,
 #: the long ones start at once instead of one of them ending the run while the other process idles
-LONGEST_FIRST = ("tests/bench/test_bench.py", "tests/libero/test_libero_options.py", "tests/ray/test_ray_training.py",
-                 "tests/libero/test_train_libero.py", "tests/launch/test_restarts.py",
-                 "tests/launch/test_recycle.py", "tests/launch/test_evaluation.py", "tests/libero/test_eval_libero.py",
-                 "tests/ray/test_ray_doctor.py", "tests/ray/test_ray_launch.py", "tests/libero/test_launch_libero.py",
-                 "tests/launch/test_launch_faults.py")
+LONGEST_FIRST = ("tests/ray/test_ray_training.py", "tests/launch/test_restarts.py", "tests/launch/test_evaluation.py",
+                 "tests/libero/test_libero_options.py", "tests/bench/test_bench.py", "tests/launch/test_training_api.py",
+                 "tests/launch/test_launch_faults.py", "tests/launch/test_launch.py", "tests/launch/test_background.py",
+                 "tests/ray/test_ray_launch.py", "tests/launch/test_stall.py", "tests/ray/test_ray_doctor.py",
+                 "tests/launch/test_reproducible.py", "tests/launch/test_recycle.py", "tests/libero/test_libero_build.py",
+                 "tests/libero/test_eval_libero.py", "tests/libero/test_train_libero.py",
+                 "tests/libero/test_launch_libero.py")  # by their summed durations in a whole-suite run, longest first
 
 
 def pytest_collection_modifyitems(config, items):

@@ -175,6 +175,16 @@ def test_a_worker_stopped_before_its_step_is_the_hang_its_subcollector_waits_on(
     assert failure.hung(state, {0: owes}, timeout=10, now=211.0, steps={0: [8, 8]}).kind == "subcollector-hung"
 
 
+def test_a_stopped_worker_is_the_hang_of_a_subcollector_that_waits_on_none_by_its_heartbeats(tmp_path):
+    state = state_of(tmp_path, sub(0, 10, 101), started(0, 0, 20, 102), started(0, 1, 21, 102))
+    owes = [(200.0, 150.0), (180.0, 199.0), (180.0, 199.1)]  # both took their step; worker 1 stopped before saying so
+    hung = failure.hung(state, {0: owes}, timeout=10, now=211.0, steps={0: [8, 8]})
+    found = failure.stopped_in(state, hung, lambda pid: pid == 21)
+    assert (found.kind, found.subcollector, found.worker, found.pid, found.at) == ("worker-hung", 0, 1, 21, hung.at)
+    assert found.message.startswith("env worker stopped while collecting (pid 21): its subcollector waits for it (no env step")
+    assert failure.stopped_in(state, hung, lambda pid: False) is None
+
+
 def test_beats_file_roundtrip_and_stamped_steps(tmp_path, monkeypatch):
     monkeypatch.setenv(RESTART_VAR, "2")
     run = RunDir(str(tmp_path))

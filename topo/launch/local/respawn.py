@@ -193,7 +193,7 @@ class Respawning:
                         budgets = time.monotonic()
                         self.recovery.between_batches()
                 if select.select([self.recovery.bell], [], [], KEEP_S)[0]:
-                    os.read(self.recovery.bell, 64)
+                    _hush(self.recovery.bell)
         except BaseException as exc:  # noqa: BLE001 - the run's failure reaches the trainer through the monitor
             if self._live:
                 self.recovery.failed(exc)
@@ -387,7 +387,7 @@ class _Inbox:
                 except queues.Empty:
                     continue
         if bell and bell[0] in ready:
-            os.read(bell[0], 64)
+            _hush(bell[0])
         raise queues.Empty
 
     def close(self) -> None:
@@ -396,6 +396,12 @@ class _Inbox:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.shared, name)
+
+
+def _hush(bell: int) -> None:
+    """Read what rang the monitor's bell (non-blocking: another thread may have read it first)."""
+    with contextlib.suppress(BlockingIOError):
+        os.read(bell, 64)
 
 
 class RespawningSyncCollector(Respawning, MultiSyncCollector):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from topo.errors import LaunchError
 from topo.runtime import heartbeat
@@ -149,6 +149,17 @@ def hung(state: RunState, beats: Mapping[int, list[tuple[float, float]]], timeou
                            f"{max(counts)}")
             found.append(_at_worker(w, "worker-hung", message, now - seconds + timeout, restart=w.restart))
     return min(found, key=lambda f: (f.at, _RANK[f.kind]), default=None)
+
+
+def stopped_in(state: RunState, hung: Failure, is_stopped: Callable[[int], bool]) -> Failure | None:
+    """A subcollector ``hung`` (waiting on none of its workers by their heartbeats) with one of its workers
+    stopped (SIGSTOP, a debugger; ``is_stopped(pid)``): that worker is the hang, stopped after it stamped its
+    step's end and before its subcollector heard of it."""
+    for w in state.workers.values():
+        if (w.subcollector, w.restart) == (hung.subcollector, hung.restart) and w.pid and w.local and is_stopped(w.pid):
+            return _at_worker(w, "worker-hung", f"env worker stopped while collecting (pid {w.pid}): its subcollector "
+                              f"waits for it ({hung.message.partition(': ')[2]})", hung.at, restart=w.restart)
+    return None
 
 
 def restart_timeout(state: RunState, index: int, timeout: float, now: float) -> Failure:

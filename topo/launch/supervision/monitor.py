@@ -52,6 +52,7 @@ class Monitor:
         # rung at each verdict (a restart, the run's failure): the collector waits on it with its queue
         self.bell, self._ring = os.pipe()
         os.set_blocking(self._ring, False)
+        os.set_blocking(self.bell, False)  # two threads may wait on it (the collector's, topo's background keeper)
         self._stop = threading.Event()
         self._last_scan = 0.0
         self._last_beats = 0.0
@@ -152,7 +153,10 @@ class Monitor:
                 health = heartbeat.health(self.state.run.path, c, sub.restart)
                 if slots:
                     beats[c], steps[c] = slots, [h.steps if h else 0 for h in health or ()]
-        return failure.hung(self.state, beats, self.hang_timeout, now, steps)
+        found = failure.hung(self.state, beats, self.hang_timeout, now, steps)
+        if found is not None and found.kind == "subcollector-hung":
+            found = failure.stopped_in(self.state, found, processes.stopped) or found
+        return found
 
     def _late_restart(self, now: float) -> failure.Failure | None:
         """A restarted subcollector not collecting ``startup_timeout`` seconds after it started."""

@@ -158,6 +158,14 @@ def _zombie_status(pid: int) -> int | None:
     return int(fields[49])  # field 52, exit_code: the waitpid status
 
 
+def stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP, a debugger's trap): it runs no code until continued."""
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except psutil.Error:
+        return False
+
+
 def of_run(run_dir: str, trainer: int | None = None) -> list[psutil.Process]:
     """Live processes on this machine whose environment names ``run_dir``: everything the run started.
 
