@@ -261,3 +261,18 @@ def test_a_rows_kwargs_block_is_what_the_worker_takes_and_its_fields_are_the_ass
     taken = {n for n, p in inspect.signature(make_env).parameters.items() if p.kind is p.KEYWORD_ONLY}
     assert set(typing.get_type_hints(Kwargs)) == taken  # the kwargs block is passed to the worker as is
     assert set(Assignment._fields) - {"kwargs"} <= set(typing.get_type_hints(Row))
+
+
+def test_the_plan_schema_holds_the_rows_row_py_declares():
+    import json
+    import typing
+    from pathlib import Path
+
+    from topo.compiler.row import EvalRow, Kwargs, Row
+
+    schema = json.loads((Path(__file__).resolve().parents[2] / "topo/compiler/schemas/topo-plan.schema.json").read_text())
+    rows = schema["$defs"]
+    assert set(rows["row"]["properties"]) == set(typing.get_type_hints(Row))
+    assert set(rows["eval_row"]["properties"]) == set(typing.get_type_hints(EvalRow))
+    assert set(rows["eval_row"]["properties"]["kwargs"]["properties"]) == set(typing.get_type_hints(Kwargs))
+    assert set(rows["row"]["properties"]["kwargs"]["properties"]) == set(typing.get_type_hints(Kwargs)) - {"schedule"}
