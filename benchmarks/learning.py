@@ -58,7 +58,7 @@ def interval(values: list[float]) -> dict:
     mean = statistics.fmean(values)
     if len(values) < 2:
         return {"mean": mean, "ci95": None, "n": len(values)}
-    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5
+    half = float(stats.t.ppf(0.975, len(values) - 1)) * statistics.stdev(values) / len(values) ** 0.5
     return {"mean": round(mean, 4), "ci95": [round(mean - half, 4), round(mean + half, 4)], "n": len(values)}
 
 
