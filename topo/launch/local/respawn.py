@@ -82,7 +82,6 @@ class Respawning:
         self._guard = threading.RLock()  # the trainer's thread and the background keeper check the subcollectors
         self._background = False  # start() was called: the subcollectors fill the replay buffer themselves
         self._free = False  # running free in the background (outside a pause)
-        self._fresh: set[int] = set()  # restarted while paused: run free (not "restart") when the pause ends
         self._keeper: threading.Thread | None = None
         self.procs = [_Process(self, c) for c in range(len(self._real))]
         self.pipes = [_Pipe(p, functools.partial(self._asked, c)) for c, p in enumerate(self.pipes)]
@@ -163,9 +162,7 @@ class Respawning:
             self.pipes[c].replace(parent)
             if self._free:
                 self.pipes[c].send((None, "run_free"))
-            elif self._background:  # paused
-                self._fresh.add(c)
-            else:
+            elif not self._background:  # paused, it runs free when the pause ends
                 self.pipes[c].ask_again()
 
     # -- in the background ----------------------------------------------------------------------
@@ -219,9 +216,8 @@ class Respawning:
             with self._guard:
                 for c in range(len(self._real)):
                     if c not in self._starting:
-                        self._send(c, "run_free" if c in self._fresh or c not in asked
-                                   or self._restarts[c] != asked[c] else "restart")
-                self._fresh.clear()
+                        paused = c in asked and self._restarts[c] == asked[c]  # else restarted since: not paused
+                        self._send(c, "restart" if paused else "run_free")
                 self._free = True
             self.recovery.running_free(True)
 
