@@ -185,6 +185,7 @@ def test_the_shutdown_budget_grows_with_the_largest_subcollector_and_the_eval_ru
 
 
 def test_in_the_background_the_runs_failure_interrupts_the_trainer_wherever_it_is():
+    trainers = signal.getsignal(signal.SIGINT)  # the default, or whatever an earlier test in this process left
     delivery = Delivery()
     delivery.background(True)  # the collector runs free: the trainer waits on its replay buffer, in its own code
     found = Failure("worker-died", "a worker of 1 died", 1.0, 1, 0)
@@ -194,4 +195,14 @@ def test_in_the_background_the_runs_failure_interrupts_the_trainer_wherever_it_i
             time.sleep(0.05)
     assert delivery.classify(Aborted())[1].failure is found  # what the run raises: topo's error naming it
     delivery.background(False)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the trainer's own handler is back
+    assert signal.getsignal(signal.SIGINT) == trainers  # the trainer's own handler is back
+
+
+def test_a_trainer_that_ignores_sigint_still_ignores_it_while_waiting_in_topo():
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with Delivery().interruptible():
+            signal.raise_signal(signal.SIGINT)  # no failure delivered: the trainer's choice holds
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)

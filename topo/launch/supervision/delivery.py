@@ -69,7 +69,7 @@ class Delivery:
                 raise Aborted()
             if callable(previous):
                 previous(signum, frame)
-            else:
+            elif previous != signal.SIG_IGN:
                 raise KeyboardInterrupt
 
         signal.signal(signal.SIGINT, on_sigint)
