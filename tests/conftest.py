@@ -48,6 +48,7 @@ FAST = (
     "tests/launch/test_async_units.py",
     "tests/launch/test_script_events.py",
     "tests/bench/test_bench_units.py",
+    "tests/estimate/test_estimate_units.py",
     "tests/docs/test_pages.py",
     "tests/ray/test_ray_units.py",
     "tests/ray/test_ray_doctor_units.py",

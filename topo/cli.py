@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from topo.errors import Interrupted, SpecError, TopoError
+from topo.errors import Interrupted, SpecError, TopoError, UsageError
 
 LAZY_COMMANDS = {
     "launch": "topo.launch.command:launch",
@@ -74,6 +74,7 @@ def main():
     topo validate SPEC          check a spec: every problem at once, located
     topo plan SPEC --dry-run    the per-worker assignment and its coverage
     topo plan SPEC -o plan.json save the plan that launch will run
+    topo plan SPEC --estimate   memory, ready time, frames/s here; refuses what cannot fit
     topo launch SPEC|PLAN       run it: nested collectors, worker metadata, report
     topo eval SPEC|PLAN         evaluate a policy (a checkpoint) on the plan's eval rows, per task
     topo top [RUN]              a running topology, one line per worker (from another terminal)
@@ -119,13 +120,23 @@ def validate(spec, assignments, strict, fmt):
 @main.command()
 @click.argument("spec", type=click.Path(dir_okay=True, path_type=str))
 @set_option
-@click.option("--dry-run", is_flag=True, help="Print the assignment; start nothing (plan never starts anything).")
+@click.option("--dry-run", is_flag=True, help="Print the assignment; start nothing (plan starts nothing but "
+              "--estimate's probe).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True)
 @click.option("--limit", type=click.IntRange(min=0), default=None, help="At most N rows per subcollector in the table.")
 @click.option("-o", "--out", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Save the plan as JSON: what `topo launch` will run, exactly.")
 @click.option("--strict", is_flag=True, help="Warnings fail too (exit 2).")
-def plan(spec, assignments, dry_run, fmt, limit, out, strict):
+@click.option("--estimate", is_flag=True,
+              help="Predict memory per node, ready time, frames/s and time per iteration on this host, from one worker "
+                   "probed in a child process (it runs the spec's builder and policy factory; cached per backend "
+                   "kwargs and host, in $TOPO_ESTIMATE_CACHE or ~/.cache/topo/estimate); refuse (exit 2) what does "
+                   "not fit.")
+@click.option("--reprobe", "--no-cache", "reprobe", is_flag=True, help="With --estimate: probe again, whatever is cached.")
+@click.option("--force", is_flag=True, help="With --estimate: exit 0 even when a node's memory is exceeded.")
+@click.option("--target-frames-per-s", "target", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="With --estimate (implied): the fewest workers per subcollector that reach N frames/s here, or why none.")
+def plan(spec, assignments, dry_run, fmt, limit, out, strict, estimate, reprobe, force, target):
     """Compile SPEC into a plan: one row per worker with its exact kwargs, and a coverage summary."""
     from topo.compiler import render
     from topo.compiler.load import load
@@ -133,7 +144,11 @@ def plan(spec, assignments, dry_run, fmt, limit, out, strict):
     from topo.compiler.load import parse_assignments
     from topo.compiler.plan import write
 
-    result = compile_source(load(spec, parse_assignments(assignments)), strict=strict,
+    estimate = estimate or target is not None
+    if estimate and fmt == "yaml":
+        raise UsageError("--estimate prints a table or JSON (--format table|json)")
+    source = load(spec, parse_assignments(assignments))
+    result = compile_source(source, strict=strict,
                             on_warnings=lambda found: click.echo(render.diagnostics_text(found), nl=False, err=True))
     if out:
         try:
@@ -142,7 +157,11 @@ def plan(spec, assignments, dry_run, fmt, limit, out, strict):
             click.echo(f"error: cannot write the plan to {out}: {exc.strerror}", err=True)
             sys.exit(2)
         click.echo(f"plan saved to {out} ({result['coverage']['workers']} workers)", err=True)
-    if dry_run or not out:
+    if estimate:
+        from topo.estimate.command import estimate as predict
+
+        predict(result, "json" if fmt == "json" else "text", reprobe=reprobe, force=force, target=target, source=source)
+    elif dry_run or not out:
         width = shutil.get_terminal_size((120, 24)).columns if sys.stdout.isatty() else int(os.environ.get("COLUMNS", 120))
         click.echo(render.plan_text(result, fmt, limit, width), nl=False)
     from topo.compiler.imports import describe

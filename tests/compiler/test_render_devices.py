@@ -178,7 +178,7 @@ def test_run_checks_on_a_host_whose_orders_differ(monkeypatch):
     monkeypatch.setattr(doctor, "_start", start)
     monkeypatch.setattr(doctor, "_finish", lambda kind, timeout: results[kind])
     monkeypatch.setattr(doctor, "_nvidia_gpus", lambda: FOUR)
-    monkeypatch.setattr(doctor, "_available_gb", lambda: 4096.0)
+    monkeypatch.setattr(doctor, "available_gb", lambda: 4096.0)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     plan = compile_dict(recipe_like({"render_devices": {"ids": [0, 5], "numbering": "egl",
                                                         "device_zero_fallback": True}}, subs=2))

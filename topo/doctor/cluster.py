@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from topo.checks import FAIL, OK, Check
-from topo.doctor.host import _available_gb, _backend, check_lines, estimate_memory, host_checks, summary, worker_gb
+from topo.doctor.host import _backend, available_gb, check_lines, estimate_memory, host_checks, summary, worker_gb
 from topo.errors import LaunchError
 from topo.launch.ray import HINT, check_reachable, custom_resources, holds, reason, runtime_env
 
@@ -106,7 +106,7 @@ def _fill(node: NodeReport, plan: dict, ref: Any, timeout: float) -> None:
 
 def _on_node(plan: dict, subcollectors: list[int]) -> dict[str, Any]:
     """In the Ray task, on its node: the host checks for ``subcollectors``, the host's name and its free memory."""
-    return {"hostname": socket.gethostname(), "available_gb": _available_gb(),
+    return {"hostname": socket.gethostname(), "available_gb": available_gb(),
             "checks": [asdict(c) for c in host_checks(plan, subcollectors)]}
 
 

@@ -20,10 +20,8 @@ from typing import Any, Iterable
 from topo.runtime import child
 from topo.backends import Backend, available, get_backend
 from topo.checks import FAIL, OK, WARN, Check
+from topo.estimate.model import PROCESS_GB, Memory, declared
 
-#: a process that imports torch + torchrl holds ~0.37 GB (measured): a collector, or a worker whose
-#: backend states no ``memory_per_worker_gb``
-PROCESS_GB = 0.4
 PROBE_MARK = "TOPO-PROBE "
 IMPORT_TIMEOUT = 180.0
 GL_TIMEOUT = 60.0
@@ -31,7 +29,7 @@ GL_TIMEOUT = 60.0
 
 def run_checks(plan: dict) -> list[Check]:
     """Every check for ``plan`` on this host, memory for the whole launch included."""
-    return [*host_checks(plan), check_memory(plan, _available_gb(), _backend(plan))]
+    return [*host_checks(plan), check_memory(plan, available_gb(), _backend(plan))]
 
 
 def host_checks(plan: dict, subcollectors: Iterable[int] | None = None) -> list[Check]:
@@ -241,19 +239,19 @@ def check_memory(plan: dict, available_gb: float, backend: Backend | None) -> Ch
 
 def worker_gb(backend: Backend | None) -> float:
     """One env worker's estimated memory: the backend's, else a torch + torchrl process's."""
-    return (backend.memory_per_worker_gb if backend else None) or PROCESS_GB
+    return declared(backend.memory_per_worker_gb if backend else None).worker_gb
 
 
 def estimate_memory(workers: int, processes: int, per_worker: float, available_gb: float, note: str = "") -> Check:
     """``workers`` env workers and ``processes`` collector processes against ``available_gb``; ``note`` ends the detail."""
-    need = workers * per_worker + processes * PROCESS_GB
-    detail = (f"~{need:.1f} GB needed ({workers} workers x {per_worker:.1f} GB + {processes} collector processes "
+    need = Memory(workers, per_worker, processes, PROCESS_GB)
+    detail = (f"~{need.gb:.1f} GB needed ({workers} workers x {per_worker:.1f} GB + {processes} collector processes "
               f"x {PROCESS_GB:.1f} GB), {available_gb:.1f} GB available{note}")
-    fits = int((available_gb - processes * PROCESS_GB) // per_worker)
-    if need > available_gb:
-        return Check("memory", FAIL, detail, f"this host fits about {max(fits, 0)} workers: fewer workers, or a "
+    fits = need.workers_fitting(available_gb)
+    if need.gb > available_gb:
+        return Check("memory", FAIL, detail, f"this host fits about {fits} workers: fewer workers, or a "
                      "bigger host (the launch would swap or be OOM-killed)")
-    if need > 0.8 * available_gb:
+    if need.gb > 0.8 * available_gb:
         return Check("memory", WARN, detail + " (over 80 %)", f"leaves little headroom; this host fits about {fits} workers")
     return Check("memory", OK, detail)
 
@@ -366,7 +364,8 @@ def _visible_count(physical: int) -> int:
     return len([d for d in visible.split(",") if d.strip()])
 
 
-def _available_gb() -> float:
+def available_gb() -> float:
+    """This host's available memory now (MemAvailable), GB."""
     import psutil
 
     return psutil.virtual_memory().available / 2**30

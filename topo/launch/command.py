@@ -34,8 +34,10 @@ import click
               help="Run a saved plan changed after topo wrote it (its digest no longer matches, or it has none).")
 @click.option("--eval/--no-eval", "evaluate_too", default=True, show_default=True,
               help="Evaluate once after the batches, when the plan has an eval section.")
+@click.option("--force", is_flag=True, help="Launch even when the plan's memory exceeds a node's (checked before "
+              "anything starts, from a cached `topo plan --estimate` probe, else the backend's declared figure).")
 def launch(source, batches, policy_factory, report_dir, quiet, startup_timeout, max_concurrent_starts, assignments,
-           spec_path, allow_edited_plan, evaluate_too):
+           spec_path, allow_edited_plan, evaluate_too, force):
     """Launch SOURCE (a spec, or a plan written by `topo plan -o`) and collect a few batches."""
     from topo.runtime import gl
 
@@ -47,6 +49,9 @@ def launch(source, batches, policy_factory, report_dir, quiet, startup_timeout, 
 
         plan = plans.resolve(source, parse_assignments(assignments), spec_path, allow_edited=allow_edited_plan,
                              quiet=quiet)
+        from topo.estimate.command import launch_check
+
+        launch_check(plan, force=force, quiet=quiet)  # before any process starts
         from topo.launch.run import Run  # torch: only for a plan that runs
 
         run = Run(plan, policy_factory=policy_factory, report_dir=report_dir, progress=not quiet,

@@ -1,0 +1,130 @@
+"""One worker built as topo builds it, measured in a child process: the calling process builds no env.
+
+:func:`run` (the caller's side, no torch) starts ``python -c`` on :func:`main` with a request (a plan row's
+kwargs, the steps, the policy) on stdin; the child answers one JSON line after :data:`MARK`:
+:func:`topo.bench.single.phases` (start + imports, construction, first reset, and ``torchrl_rss_bytes``: the
+resident memory of a process with torch and torchrl.envs alone), then ``steps`` random-action steps
+(``steps``: p50/p95/mean wall and mean CPU seconds of a step, the later resets, the episode length seen),
+``rss_after_reset_bytes`` and ``peak_rss_bytes`` (VmRSS after the first reset, VmHWM after the steps), and
+with a policy one forward at the request size (``policy``: wall and CPU seconds, median of a few after a
+first call, parameter bytes, the device it ran on).
+"""
+from __future__ import annotations
+
+import time
+
+STARTED = time.time()
+
+import json  # noqa: E402
+import os  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from typing import Any  # noqa: E402
+
+MARK = "TOPO-ESTIMATE "
+STEPS = 30
+FORWARDS = 5
+TIMEOUT_S = 300.0
+
+
+def run(request: dict[str, Any], timeout: float = TIMEOUT_S) -> dict[str, Any]:
+    """The child's measurement of ``request``; raises :class:`~topo.errors.LaunchError` when it fails."""
+    from topo.bench.single import T0_VAR
+    from topo.errors import LaunchError
+    from topo.runtime import child
+    from topo.runtime.rundir import RUN_DIR_VAR
+
+    env = {k: v for k, v in os.environ.items() if k != RUN_DIR_VAR}  # a worker outside any run: no records
+    env[T0_VAR] = repr(time.time())
+    try:
+        done = subprocess.run(child.command("import topo.estimate.probe as p; p.main()"), input=json.dumps(request),
+                              capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        raise LaunchError(f"the estimate's probe did not finish in {timeout:.0f} s") from None
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith(MARK):
+            return json.loads(line[len(MARK):])
+    raise LaunchError(f"the estimate's probe failed (exit {done.returncode}) building one worker",
+                      traceback=done.stderr[-4000:] or None)
+
+
+def main() -> None:
+    request = json.loads(sys.stdin.read())
+    print(MARK + json.dumps(measure(request)), flush=True)
+
+
+def measure(request: dict[str, Any]) -> dict[str, Any]:
+    """In the child: the phases, steps and memory of one worker, and one policy forward (see the module)."""
+    from topo.bench.single import phases
+    from topo.runtime.heartbeat import resident
+
+    env, out = phases(request["kwargs"], STARTED)
+    out["rss_after_reset_bytes"] = resident()[0]
+    out["steps"] = steps(env, request.get("steps", STEPS))
+    out["peak_rss_bytes"] = resident()[1]
+    observation = env.reset()
+    env.close()
+    if request.get("policy"):
+        out["policy"] = forward(request["policy"], observation)
+    out["pid"] = os.getpid()
+    return out
+
+
+def steps(env, count: int) -> dict[str, Any]:
+    """``count`` random-action steps, each timed (wall, CPU); a reset wherever an episode ends, timed apart."""
+    from torchrl.envs.utils import step_mdp
+
+    walls, cpus, resets, lengths, length = [], [], [], [], 0
+    td = _timed(env.reset, resets)  # a later reset: what an episode's end costs (the first one is a phase)
+    for _ in range(count):
+        td = env.rand_action(td)
+        wall, cpu = time.perf_counter(), time.process_time()
+        td = env.step(td)
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+        length += 1
+        if bool(td["next", "done"].any()):
+            lengths.append(length)
+            length, td = 0, _timed(env.reset, resets)
+        else:
+            td = step_mdp(td)
+    ordered = sorted(walls)
+    return {"count": count, "p50_s": statistics.median(walls), "p95_s": ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))],
+            "mean_s": statistics.fmean(walls), "cpu_mean_s": statistics.fmean(cpus),
+            "reset_s": statistics.median(r[0] for r in resets), "reset_cpu_s": statistics.median(r[1] for r in resets),
+            "episode_steps": statistics.fmean(lengths) if lengths else None}
+
+
+def _timed(call, into: list):
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = call()
+    into.append((time.perf_counter() - wall, time.process_time() - cpu))
+    return out
+
+
+def forward(policy: dict[str, Any], observation) -> dict[str, Any]:
+    """One forward of the policy on ``policy["batch"]`` copies of ``observation``, on its device when this host has it."""
+    import torch
+
+    from topo.runtime.builder import import_builder
+
+    module = import_builder(policy["factory"])(**policy.get("kwargs", {}))
+    device = policy.get("device") or "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        device = "cpu"
+    module = module.to(device)
+    batch = torch.stack([observation.clone() for _ in range(policy["batch"])]).to(device)
+    times = []
+    with torch.no_grad():
+        for _ in range(FORWARDS + 1):
+            wall, cpu = time.perf_counter(), time.process_time()
+            module(batch.clone())
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            times.append((time.perf_counter() - wall, time.process_time() - cpu))
+    tensors = [*module.parameters(), *module.buffers()]
+    return {"batch": policy["batch"], "device": device, "first_s": times[0][0],
+            "forward_s": statistics.median(t[0] for t in times[1:]),
+            "forward_cpu_s": statistics.median(t[1] for t in times[1:]),
+            "param_bytes": sum(t.numel() * t.element_size() for t in tensors)}
