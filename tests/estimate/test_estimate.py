@@ -30,6 +30,7 @@ def test_the_probe_runs_in_a_child_and_is_cached(tmp_path, monkeypatch):
     out = json.loads(first.stdout)
     result = out["probe"]["result"]
     assert out["probe"]["source"] == "measured now" and built == [] and result["pid"] != os.getpid()
+    assert result["forked"] is True  # forked from a process that imported the forkserver's preload, as in a launch
     assert result["steps"]["count"] == 30 and result["policy"]["batch"] == 4 and result["policy"]["param_bytes"] > 0
     assert 0.1 < out["footprint_gb"]["worker_gb"] < 2 and out["frames_per_s"]["sync"] > 0 and out["ready"]["s"] > 0
 

@@ -122,6 +122,14 @@ def test_the_cache_key_drops_what_is_per_worker():
     assert cache.key(command.probe_request(other, backend)[0]) not in keys
 
 
+def test_the_probed_worker_is_forked_as_the_plans_workers_are():
+    default = compile_dict(toy(1, 2))
+    assert command.forked_from(default) == ["torch", "torchrl.envs", "topo.worker", "topo.envs.toy"]
+    spawned = compile_dict({**toy(1, 2), "topology": {"subcollectors": 1, "workers_per_subcollector": 2,
+                                                      "start_method": {"workers": "spawn"}}})
+    assert command.forked_from(spawned) is None
+
+
 def test_the_estimate_imports_no_torch():
     code = ("import sys, topo.estimate.command, topo.estimate.model, topo.estimate.cache, topo.doctor.host; "
             "print(sorted(m for m in ('torch', 'torchrl', 'tensordict') if m in sys.modules))")

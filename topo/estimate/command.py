@@ -95,11 +95,20 @@ def probe_request(plan: Mapping[str, Any], backend) -> tuple[dict[str, Any], dic
     if policy.get("factory"):
         forward = {"factory": policy["factory"], "kwargs": policy.get("kwargs") or {}, "device": policy.get("device"),
                    "batch": max(s["num_workers"] for s in plan["subcollectors"])}
-    request = {"kwargs": row["kwargs"], "steps": STEPS, "policy": forward}
+    request = {"kwargs": row["kwargs"], "steps": STEPS, "policy": forward, "preload": forked_from(plan)}
     reserved = backend.reserved if backend is not None else frozenset()
     fields = {"worker": cache.shared(row["kwargs"], reserved), "steps": request["steps"], "policy": forward,
-              "host": cache.fingerprint()}
+              "preload": request["preload"], "host": cache.fingerprint()}
     return fields, request
+
+
+def forked_from(plan: Mapping[str, Any]) -> list[str] | None:
+    """What the parent of the plan's workers imports before it forks them: a preloading forkserver's modules, or a
+    subcollector's torch and torchrl.envs (``fork``); None: spawned workers."""
+    start, preload = plan["start_methods"]["workers"], plan["launch"].get("preload")
+    if (plan.get("collector") or {}).get("mode") == "async":
+        return None
+    return list(preload) if start == "forkserver" and preload else ["torch", "torchrl.envs"] if start == "fork" else None
 
 
 def horizon(plan: Mapping[str, Any], backend) -> int | None:
@@ -165,7 +174,7 @@ def text(plan: Mapping[str, Any], out: dict[str, Any]) -> str:
                  f"({_ms(f['cpu_s_per_frame'])} CPU per frame), bound by the {'CPU' if f['bound_by'] == 'cpu' else 'steps'}")
     if f["iteration_s"] is not None:
         lines.append(f"a training iteration ({plan['collector']['frames_per_batch']} frames, {f['mode']}): "
-                     f"~{f['iteration_s']:.2f} s")
+                     f"~{f['iteration_s']:.3g} s")
     if out["target"]:
         t = out["target"]
         lines.append(f"target {t['frames_per_s']:g} frames/s: " + (f"{t['shape']} ({t['predicted']:.1f} predicted)"
