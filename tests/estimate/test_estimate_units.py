@@ -84,6 +84,15 @@ def test_a_policy_adds_its_copies_and_its_forward():
     assert pace.cpu_per_frame == pytest.approx(0.25 + 0.32 / 64 + 0.08 / 8)
 
 
+def test_a_named_gpu_gets_documented_figures_said_unmeasured():
+    fp, _ = model.probed(LIBERO_PROBE, horizon=64)
+    data = libero(1, 4, tasks="0-1", init_states={"mode": "cycle"}, render_gpus=[0])
+    data["policy"] = {"factory": "topo.policies.tinyvla:make", "device": "cuda"}
+    notes = model.gpu_notes(Layout.of(compile_dict(data)), fp, renders=True)
+    assert notes[0].startswith("policy on cuda:") and "not measured here" in notes[0]
+    assert notes[1].startswith("render GPU 0: 4 EGL contexts") and "not measured here" in notes[1]
+
+
 def test_under_ray_each_declared_nodes_memory_is_used():
     fp, _ = model.probed(LIBERO_PROBE, horizon=64)
     plan = libero_plan(2, 8, placement={
