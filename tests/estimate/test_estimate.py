@@ -33,6 +33,9 @@ def test_the_probe_runs_in_a_child_and_is_cached(tmp_path, monkeypatch):
     assert result["forked"] is True  # forked from a process that imported the forkserver's preload, as in a launch
     assert result["steps"]["count"] == 30 and result["policy"]["batch"] == 4 and result["policy"]["param_bytes"] > 0
     assert 0.1 < out["footprint_gb"]["worker_gb"] < 2 and out["frames_per_s"]["sync"] > 0 and out["ready"]["s"] > 0
+    # the data plane, from forked echo workers: a toy's 4-worker round pays it 4 times, serially
+    assert result["plane"]["workers"] == 2 and result["plane"]["wall_s"] > 0
+    assert out["frames_per_s"]["sync"] <= 4 / (4 * result["plane"]["wall_s"])
 
     monkeypatch.setattr("topo.estimate.probe.run", lambda request: (_ for _ in ()).throw(AssertionError("probed")))
     second = CliRunner().invoke(main, ["plan", str(spec), "--estimate"])
@@ -42,5 +45,5 @@ def test_the_probe_runs_in_a_child_and_is_cached(tmp_path, monkeypatch):
     monkeypatch.setattr("topo.doctor.host.available_gb", lambda: 1.0)
     refused = CliRunner().invoke(main, ["plan", str(spec), "--estimate"])
     assert refused.exit_code == 2 and "error memory-exceeds-node" in refused.output
-    assert "GB available on this host (MemAvailable); not even 1 x 1 fits" in refused.output
+    assert "GB usable (90%); not even 1 x 1 fits" in refused.output
     assert CliRunner().invoke(main, ["plan", str(spec), "--estimate", "--force"]).exit_code == 0

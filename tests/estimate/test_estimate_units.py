@@ -42,12 +42,16 @@ def test_libero_1x16_is_refused_with_the_arithmetic_and_what_fits():
     # 16 workers, and 3 bare processes: the subcollector, its forkserver, the trainer
     assert got["nodes"][HOST]["memory"].gb == pytest.approx(16 * 1.5 + 3 * 0.5)
     assert got["refusals"] == ["1 x 16 needs 16 workers x 1.50 GB + 3 processes x 0.50 GB = 25.5 GB; 20.0 GB "
-                               "available on this host (MemAvailable); this host fits 1 x 12"]  # (20 - 1.5) // 1.5
+                               "available on this host (MemAvailable), 18.0 GB usable (90%); this host fits 1 x 11"]
+    # (0.9 x 20 - 1.5) // 1.5 = 11
     assert got["warnings"] == ["16 busy workers on 2 cores of this host (8.0 per core): steps slow down about 8.0x "
                                "against one worker alone; the CPU caps frames/s"]
     ready = model.ready(layout, pace, HOST_20)
-    # forkserver-preload: 2 importing processes x 6 s + 16 x (1 + 0.5) s = 36 CPU-s on 2 cores; chain 6 + 6 + 1.5
-    assert (ready["s"], ready["chain_s"], ready["work_s"], ready["mode"]) == (18.0, 13.5, 36.0, "forkserver-preload")
+    # the bound (forkserver-preload): 2 importing processes x 6 s + 16 x (1 + 0.5) s = 36 CPU-s on 2 cores; chain
+    # 6 + 6 + 1.5; expected: the subcollector's and its forkserver's imports one after the other (12 s), then the
+    # workers' 24 CPU-s on 2 cores
+    assert (ready["s"], ready["bound_s"], ready["chain_s"], ready["work_s"], ready["mode"]) == (
+        24.0, 18.0, 13.5, 36.0, "forkserver-preload")
 
 
 def test_libero_1x8_is_accepted_and_its_frames_per_s_are_the_cpus():
@@ -71,6 +75,11 @@ def test_steps_bound_frames_per_s_when_the_cpu_is_ample():
     slowest = 0.15 + 0.05 * ((4 / 5 - 0.5) / 0.45)
     assert fps["sync"] == pytest.approx(8 / (slowest + 0.005)) and fps["bound_by"] == "steps"
     assert fps["async"] == pytest.approx(8 / (0.16 + 0.005))
+    # the data plane: 2 ms a worker, serial in each subcollector's round (4 workers), sync mode only
+    _, piped = model.probed({**LIBERO_PROBE, "plane": {"workers": 2, "wall_s": 0.002}}, horizon=64)
+    fps = model.frames(layout, piped, many)
+    assert fps["sync"] == pytest.approx(8 / (slowest + 0.005 + 4 * 0.002))
+    assert fps["async"] == pytest.approx(8 / (0.16 + 0.005))
 
 
 def test_a_policy_adds_its_copies_and_its_forward():
@@ -81,7 +90,7 @@ def test_a_policy_adds_its_copies_and_its_forward():
     need = model.memory(Layout.of(plan), fp, HOST)
     # the subcollector, its forkserver, the server, the trainer; copies: the server's and the trainer's
     assert (need.processes, need.policies, need.gb) == (4, 2, pytest.approx(8 * 1.5 + 4 * 0.5 + 2 * 0.25))
-    assert pace.cpu_per_frame == pytest.approx(0.25 + 0.32 / 64 + 0.08 / 8)
+    assert pace.cpu_per_frame() == pytest.approx(0.25 + 0.32 / 64 + 0.08 / 8)
 
 
 def test_a_named_gpu_gets_documented_figures_said_unmeasured():
@@ -105,7 +114,8 @@ def test_under_ray_each_declared_nodes_memory_is_used():
     got = model.check(Layout.of(plan), fp, budgets)
     assert got["nodes"][HOST]["memory"].gb == pytest.approx(0.5)  # the trainer alone here
     assert got["refusals"] == [f"1 x 8 needs 8 workers x 1.50 GB + 2 processes x 0.50 GB = 13.0 GB; 10.0 GB available "
-                               f"on {n} (declared memory_gb); {n} fits 1 x 6" for n in ("small#0", "small#1")]
+                               f"on {n} (declared memory_gb), 9.0 GB usable (90%); {n} fits 1 x 5"
+                               for n in ("small#0", "small#1")]
 
 
 def test_the_target_is_the_fewest_workers_or_why_none():
@@ -116,8 +126,8 @@ def test_the_target_is_the_fewest_workers_or_why_none():
     assert model.target(7, layout, fp, pace, HOST_20)["shape"] == "1 x 2"
     assert model.target(50, layout, fp, pace, HOST_20)["why"] == (
         "CPU-bound: at most 8 frames/s on 2 cores (255.0 CPU-ms per frame), reached at 1 x 2")
-    # (64 - 3 x 0.5) // 1.5 = 41 workers fit; 41 / (0.20 + 0.005) = 200 frames/s
-    assert model.target(1000, layout, fp, pace, many)["why"] == "memory: the largest that fits, 1 x 41, gives 200 frames/s"
+    # (0.9 x 64 - 3 x 0.5) // 1.5 = 37 workers fit; 37 / (0.20 + 0.005) = 180 frames/s
+    assert model.target(1000, layout, fp, pace, many)["why"] == "memory: the largest that fits, 1 x 37, gives 180 frames/s"
 
 
 def test_the_cache_key_drops_what_is_per_worker():
@@ -177,7 +187,7 @@ def test_plan_estimate_refuses_with_exit_2_and_force_passes(tmp_path, fake_probe
     assert refused.exit_code == 2, refused.output
     assert "error memory-exceeds-node at topology.workers_per_subcollector" in refused.output
     assert "16 workers x 1.50 GB + 3 processes x 0.50 GB = 25.5 GB; 20.0 GB available" in refused.output
-    assert "this host fits 1 x 12" in refused.output and "DOES NOT FIT" in refused.output
+    assert "this host fits 1 x 11" in refused.output and "DOES NOT FIT" in refused.output
     forced = CliRunner().invoke(main, ["plan", spec, "--estimate", "--force", "--format", "json"])
     assert forced.exit_code == 0, forced.output
     out = json.loads(forced.stdout)
@@ -196,7 +206,7 @@ def test_launch_is_refused_before_anything_starts_from_the_declared_figure(tmp_p
     assert refused.exit_code == 2, refused.output
     # the backend's declared 2.0 GB per worker, 3 processes x 0.4 GB: no probe was cached for this plan
     assert "16 workers x 2.00 GB + 3 processes x 0.40 GB = 33.2 GB; 20.0 GB available on this host" in refused.output
-    assert "this host fits 1 x 9" in refused.output and "declared memory per worker" in refused.output
+    assert "this host fits 1 x 8" in refused.output and "declared memory per worker" in refused.output
     assert not (tmp_path / "report").exists() and fake_probe == []
     forced = CliRunner().invoke(main, ["launch", spec, "--force"])
     assert isinstance(forced.exception, Started) and "--force: launching anyway" in forced.output
@@ -210,4 +220,4 @@ def test_launch_reads_a_cached_probe_of_the_plan(tmp_path, monkeypatch, fake_pro
     assert CliRunner().invoke(main, ["plan", spec, "--estimate"]).exit_code == 0
     small = CliRunner().invoke(main, ["launch", spec])
     assert isinstance(small.exception, Started)
-    assert "4 workers x 1.50 GB + 3 processes x 0.50 GB = 7.5 GB of 20.0 GB available, from a cached probe" in small.output
+    assert "4 workers x 1.50 GB + 3 processes x 0.50 GB = 7.5 GB of 18.0 GB usable (90% of 20.0 GB available), from a cached probe" in small.output

@@ -22,6 +22,7 @@ from topo.estimate.model import HOST, UNPLACED, Budget, Layout
 from topo.estimate.probe import STEPS
 
 FIELD = ("topology", "workers_per_subcollector")  # where a refusal points in the spec
+PROBE_VERSION = 2  # what a probe measures; a cached probe of another version is measured again
 
 
 def estimate(plan: dict, fmt: str = "text", *, reprobe: bool = False, force: bool = False,
@@ -80,7 +81,8 @@ def launch_check(plan: dict, *, force: bool = False, quiet: bool = False) -> Non
         for name, entry in checked["nodes"].items():
             if entry["available_gb"] is not None:
                 click.echo(f"memory on {name}: {entry['memory'].terms()} = {entry['memory'].gb:.1f} GB of "
-                           f"{entry['available_gb']:.1f} GB available, from {where}", err=True)
+                           f"{entry['usable_gb']:.1f} GB usable ({model.USABLE:.0%} of {entry['available_gb']:.1f} GB "
+                           f"available), from {where}", err=True)
     if checked["refusals"] and not force:
         raise SpecError([refusal(checked["refusals"], plan, None, f"(figures from {where})")])
     if checked["refusals"] and not quiet:
@@ -97,7 +99,8 @@ def probe_request(plan: Mapping[str, Any], backend) -> tuple[dict[str, Any], dic
                    "batch": max(s["num_workers"] for s in plan["subcollectors"])}
     request = {"kwargs": row["kwargs"], "steps": STEPS, "policy": forward, "preload": forked_from(plan)}
     reserved = backend.reserved if backend is not None else frozenset()
-    fields = {"worker": cache.shared(row["kwargs"], reserved), "steps": request["steps"], "policy": forward,
+    fields = {"probe": PROBE_VERSION, "worker": cache.shared(row["kwargs"], reserved), "steps": request["steps"],
+              "policy": forward,
               "preload": request["preload"], "host": cache.fingerprint()}
     return fields, request
 
@@ -163,13 +166,15 @@ def text(plan: Mapping[str, Any], out: dict[str, Any]) -> str:
             verdict = f"not checked ({n['budget']})"
         else:
             per = n.get("fits_per_subcollector")
-            verdict = (f"{'fits' if n['fits'] else 'DOES NOT FIT'} in {n['available_gb']:.1f} GB ({n['budget']})"
+            verdict = (f"{'fits' if n['fits'] else 'DOES NOT FIT'} in {n['usable_gb']:.1f} GB, {model.USABLE:.0%} of "
+                       f"{n['available_gb']:.1f} GB available ({n['budget']})"
                        + (f"; up to {per} workers per subcollector" if per is not None else ""))
         lines.append(f"memory on {name}: {n['arithmetic']} = {n['gb']:.1f} GB; {verdict}")
     ready, f = out["ready"], out["frames_per_s"]
     if ready:
-        lines.append(f"ready in ~{ready['s']:.1f} s: the bound of {ready['mode']}, max(chain {ready['chain_s']:.1f} s, "
-                     f"work {ready['work_s']:.1f} CPU-s / {out['nodes'][ready['node']]['cores']} cores)")
+        lines.append(f"ready in ~{ready['s']:.1f} s; at least {ready['bound_s']:.1f} s, the bound of {ready['mode']}: "
+                     f"max(chain {ready['chain_s']:.1f} s, work {ready['work_s']:.1f} CPU-s / "
+                     f"{out['nodes'][ready['node']]['cores']} cores)")
     lines.append(f"frames/s: sync {f['sync']:.1f}, async {f['async']:.1f}; the CPU allows {f['cpu_cap']:.1f} "
                  f"({_ms(f['cpu_s_per_frame'])} CPU per frame), bound by the {'CPU' if f['bound_by'] == 'cpu' else 'steps'}")
     if f["iteration_s"] is not None:

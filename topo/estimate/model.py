@@ -5,19 +5,23 @@ workers x one worker's peak (its VmHWM after the probe's steps) + processes x on
 torchrl.envs imported, no env): each subcollector and, when workers start with forkserver, its forkserver
 (multi mode), the inference server (``policy.placement: server``, or async mode with a policy), the trainer
 (this host) + policy copies x the policy's parameter bytes (each subcollector's, the server's, the trainer's).
-Over the node's available memory (this host's MemAvailable; under Ray, a declared node's ``memory_gb``), the
-plan is refused; what fits keeps the subcollectors and lowers the workers per subcollector.
+Over :data:`USABLE` of the node's available memory (this host's MemAvailable; under Ray, a declared node's
+``memory_gb``), the plan is refused; what fits keeps the subcollectors and lowers the workers per subcollector.
 
-**Ready time**: :func:`topo.bench.bound.lower_bound` of the plan's launch mode (topo's default:
-``forkserver-preload``) from the probe's start + imports, construction and first reset: max(chain, work / cores).
+**Ready time** (:func:`ready`), from the probe's start + imports, construction and first reset: the imports no
+worker can start before, then the workers' own work over the cores; beside it :func:`topo.bench.bound.lower_bound`
+of the plan's launch mode (topo's default: ``forkserver-preload``), max(chain, work / cores).
 
 **Frames/s**; no step is faster than alone, and contention enters as the CPU cap only:
 
 - sync (multi mode: each subcollector's ParallelEnv steps its M workers together): a round takes the slowest
   of M steps (p50 at M = 1, p95 from M = 19, linear in M / (M + 1) between) + a reset amortized over its
-  episode (reset / episode steps) + one policy forward at the request size; frames/s = N / the slowest round;
-- async (no barrier): N / (mean step + amortized reset + one forward);
-- both capped by the CPU: cores / CPU seconds per frame (a step's, an amortized reset's, a forward's share).
+  episode (reset / episode steps) + one policy forward at the request size + M x the data plane's time per
+  worker (the probe's echo ParallelEnv: serial in the subcollector); frames/s = N / the slowest round;
+- async (no barrier): N / (mean step + amortized reset + one forward) (its data plane, shared-memory slots,
+  not measured by the probe);
+- both capped by the CPU: cores / CPU seconds per frame (a step's, an amortized reset's, a forward's share,
+  and in sync mode the data plane's time per worker, both ends of the pipe counted as busy).
 
 **Time per training iteration**: ``frames_per_batch`` / the frames/s of the plan's mode.
 """
@@ -36,6 +40,10 @@ PROCESS_GB = 0.4
 HOST = "this host"
 UNPLACED = "no declared node"
 OVERSUBSCRIBED = 2.0  # busy workers per core past which a warning is given
+#: the share of a node's available memory a plan may take: the rest for the kernel, the page cache and a
+#: worker's transient peaks (summed resident sets count shared library pages once per process: a sum's
+#: error is on the side of caution, its peaks are not)
+USABLE = 0.9
 MOST_WORKERS = 1024  # per subcollector, the most --target-frames-per-s tries
 #: documented figures for what is not measured without a GPU
 CUDA_CONTEXT_GB = (0.3, 0.5)  # one CUDA context in a process, by driver and GPU (PyTorch/NVIDIA forums)
@@ -100,6 +108,7 @@ class Pace:
     forward: float = 0.0
     forward_cpu: float = 0.0
     forward_batch: int = 1
+    plane: float = 0.0  # a subcollector's ParallelEnv, per worker and round, beside the step (sync mode)
 
     @property
     def reset_share(self) -> tuple[float, float]:
@@ -113,9 +122,9 @@ class Pace:
         share = min(1.0, max(0.0, (m / (m + 1) - 0.5) / 0.45))
         return self.step_p50 + (self.step_p95 - self.step_p50) * share
 
-    @property
-    def cpu_per_frame(self) -> float:
-        return self.step_cpu + self.reset_share[1] + self.forward_cpu / max(self.forward_batch, 1)
+    def cpu_per_frame(self, sync: bool = True) -> float:
+        return self.step_cpu + self.reset_share[1] + self.forward_cpu / max(self.forward_batch, 1) + \
+            (self.plane if sync else 0.0)
 
 
 def probed(result: Mapping[str, Any], horizon: int | None = None) -> tuple[Footprint, Pace]:
@@ -130,7 +139,8 @@ def probed(result: Mapping[str, Any], horizon: int | None = None) -> tuple[Footp
     steps = result["steps"]
     pace = Pace(Costs(shared, result["construct_s"], result["reset_s"], cpu=cpu), steps["p50_s"], steps["p95_s"],
                 steps["mean_s"], steps["cpu_mean_s"], steps["reset_s"], steps["reset_cpu_s"], steps["episode_steps"] or horizon,
-                policy.get("forward_s", 0.0), policy.get("forward_cpu_s", 0.0), policy.get("batch", 1))
+                policy.get("forward_s", 0.0), policy.get("forward_cpu_s", 0.0), policy.get("batch", 1),
+                (result.get("plane") or {}).get("wall_s", 0.0))
     return footprint, pace
 
 
@@ -229,15 +239,17 @@ def check(layout: Layout, fp: Footprint, budgets: Mapping[str, Budget]) -> dict[
         entry = {"memory": need, "gb": round(need.gb, 2), "available_gb": budget and budget.available_gb,
                  "cores": budget and budget.cores, "fits": None}
         if budget is not None and budget.available_gb is not None:
-            per = need.workers_fitting(budget.available_gb) // len(subs) if subs else None
-            entry["fits"] = need.gb <= budget.available_gb
+            usable = USABLE * budget.available_gb
+            per = need.workers_fitting(usable) // len(subs) if subs else None
+            entry["fits"], entry["usable_gb"] = need.gb <= usable, round(usable, 2)
             entry["fits_per_subcollector"] = per
             if not entry["fits"]:
                 what = (f"{name} fits {len(subs)} x {per}" if per else
                         f"not even {len(subs)} x 1 fits on {name}: fewer subcollectors, or a bigger node") if subs else \
                     f"{name} runs no worker"
                 refusals.append(f"{_shape(layout, subs)} needs {need.terms()} = {need.gb:.1f} GB; "
-                                f"{budget.available_gb:.1f} GB available on {name} ({budget.source}); {what}")
+                                f"{budget.available_gb:.1f} GB available on {name} ({budget.source}), "
+                                f"{usable:.1f} GB usable ({USABLE:.0%}); {what}")
         if budget is not None and need.workers > OVERSUBSCRIBED * budget.cores:
             ratio = need.workers / budget.cores
             warnings.append(f"{need.workers} busy workers on {budget.cores} cores of {name} ({ratio:.1f} per core): "
@@ -254,16 +266,28 @@ def _shape(layout: Layout, subs: list[int]) -> str:
 
 
 def ready(layout: Layout, pace: Pace, budgets: Mapping[str, Budget]) -> dict[str, Any]:
-    """The bench's bound of the plan's mode, on the node where it is longest."""
+    """Expected time to ready on the node where it is longest (``s``), with the bench's lower bound beside it
+    (``bound_s``, its ``chain_s`` and ``work_s``). Where the workers import nothing themselves (a preloading
+    forkserver's forks, or ``fork``): first the imports no worker can start before (each subcollector's, then
+    its forkserver's), then every worker's construction and first reset spread over the cores; never under the
+    bound. Other modes: the bound."""
     out: dict[str, Any] = {}
+    parents = {"forkserver-preload": 2, "fork": 1}.get(layout.bench_mode)
+    costs, cpu = pace.costs, pace.costs.cpu or pace.costs
     for name in layout.node_names():
         counts = [layout.workers[c] for c in layout.on(name)]
         if not counts:
             continue
-        bound = lower_bound(layout.bench_mode, Shape(sum(counts), len(counts), max(counts)), pace.costs,
-                            budgets[name].cores, cap=layout.cap)
-        if not out or bound["s"] > out["s"]:
-            out = {**bound, "node": name, "mode": layout.bench_mode}
+        cores = budgets[name].cores
+        bound = lower_bound(layout.bench_mode, Shape(sum(counts), len(counts), max(counts)), costs, cores, cap=layout.cap)
+        expected = bound["s"]
+        if parents:
+            prefix = max(parents * costs.shared, len(counts) * parents * cpu.shared / cores)
+            expected = max(expected, prefix + max(costs.construct + costs.reset,
+                                                  sum(counts) * (cpu.construct + cpu.reset) / cores))
+        if not out or expected > out["s"]:
+            out = {"s": round(expected, 3), "bound_s": bound["s"], "chain_s": bound["chain_s"],
+                   "work_s": bound["work_s"], "node": name, "mode": layout.bench_mode}
     return out
 
 
@@ -276,15 +300,16 @@ def frames(layout: Layout, pace: Pace, budgets: Mapping[str, Budget]) -> dict[st
         counts = [layout.workers[c] for c in layout.on(name)]
         if not counts:
             continue
-        n = sum(counts)
-        node_cap = budgets[name].cores / pace.cpu_per_frame
-        rounds = n / max(pace.slowest_step(m) + reset + pace.forward for m in counts)
+        n, cores = sum(counts), budgets[name].cores
+        sync_cap, async_cap = cores / pace.cpu_per_frame(True), cores / pace.cpu_per_frame(False)
+        rounds = n / max(pace.slowest_step(m) + reset + pace.forward + m * pace.plane for m in counts)
         free = n / (pace.step_mean + reset + pace.forward)
-        bound_by.update({"cpu" if node_cap < rounds else "steps"})
-        sync, asyn, cap = sync + min(rounds, node_cap), asyn + min(free, node_cap), cap + node_cap
+        node_cap = async_cap if layout.async_mode else sync_cap
+        bound_by.update({"cpu" if node_cap < (free if layout.async_mode else rounds) else "steps"})
+        sync, asyn, cap = sync + min(rounds, sync_cap), asyn + min(free, async_cap), cap + node_cap
     mode = "async" if layout.async_mode else "sync"
     chosen = asyn if layout.async_mode else sync
-    return {"sync": sync, "async": asyn, "cpu_cap": cap, "cpu_s_per_frame": pace.cpu_per_frame,
+    return {"sync": sync, "async": asyn, "cpu_cap": cap, "cpu_s_per_frame": pace.cpu_per_frame(not layout.async_mode),
             "bound_by": "cpu" if bound_by == {"cpu"} else "steps", "mode": mode,
             "iteration_s": layout.frames_per_batch / chosen if chosen else None}
 
@@ -308,7 +333,8 @@ def target(wanted: float, layout: Layout, fp: Footprint, pace: Pace, budgets: Ma
         why = f"not even {layout.reshaped(1).shape} fits in memory"
     elif best_fps >= frames(best, pace, budgets)["cpu_cap"] * 0.999:
         cores = sum(budgets[n].cores for n in set(best.nodes))
-        why = (f"CPU-bound: at most {best_fps:.0f} frames/s on {cores} cores ({pace.cpu_per_frame * 1e3:.1f} CPU-ms "
+        per_frame = pace.cpu_per_frame(not layout.async_mode)
+        why = (f"CPU-bound: at most {best_fps:.0f} frames/s on {cores} cores ({per_frame * 1e3:.1f} CPU-ms "
                f"per frame), reached at {best.shape}")
     elif best.workers[0] == MOST_WORKERS:
         why = f"{best.shape} gives {best_fps:.0f} frames/s"

@@ -10,6 +10,12 @@ with a policy one forward at the request size on one thread (``policy``: wall an
 few after a first call, parameter bytes, the device it ran on). Where the plan's workers are forked from a parent that
 imported modules first (forkserver with preload, or fork), the worker is forked so too (``forked``): a
 forked worker maps fewer of the libraries' pages than a spawned one (the toy's: 0.29 against 0.36 GB).
+
+The data plane (``plane``): what a subcollector's ``ParallelEnv`` adds to a round per worker, beside the
+worker's step: the action and the step's output through a pipe (``use_buffers=False``, worker metadata, as
+topo builds it) and the parent's handling of them, serial in the subcollector. Measured with
+:data:`PLANE_WORKERS` forked echo workers that hold the probed worker's own specs and answer a step with its
+zeros, so they cost nothing but the plane (a toy's 16 workers: 2.1 ms a worker a round, whatever their number).
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from typing import Any  # noqa: E402
 MARK = "TOPO-ESTIMATE "
 STEPS = 30
 FORWARDS = 5
+PLANE_WORKERS, PLANE_ROUNDS = 2, 40
 TIMEOUT_S = 300.0
 
 
@@ -98,10 +105,11 @@ def measure(request: dict[str, Any]) -> dict[str, Any]:
     os.waitpid(pid, 0)
     if "error" in out:
         raise RuntimeError(out["error"])
-    return {**out, **parent}
+    return {**out, **parent, "plane": plane(out.pop("specs"))}
 
 
 def _worker(request: dict[str, Any]) -> dict[str, Any]:
+    """The worker's measures; ``specs`` (its specs, pickled: for :func:`plane`) when it is a fork, else the plane."""
     from topo.bench.single import phases
     from topo.runtime.heartbeat import resident
 
@@ -110,11 +118,78 @@ def _worker(request: dict[str, Any]) -> dict[str, Any]:
     out["steps"] = steps(env, request.get("steps", STEPS))
     out["peak_rss_bytes"] = resident()[1]
     observation = env.reset()
+    specs = _specs(env)
     env.close()
     if request.get("policy"):
         out["policy"] = forward(request["policy"], observation)
     out["pid"] = os.getpid()
+    if request.get("preload"):
+        out["specs"] = specs
+    else:
+        out["plane"] = plane(specs)
     return out
+
+
+def _specs(env) -> str:
+    """The env's specs, pickled to base64 (this probe's own processes read them: nothing from elsewhere)."""
+    import base64
+    import pickle
+
+    keep = ("full_observation_spec", "full_action_spec", "full_reward_spec", "full_done_spec")
+    return base64.b64encode(pickle.dumps({k: getattr(env, k).clone() for k in keep})).decode()
+
+
+def plane(specs: str) -> dict[str, Any]:
+    """Seconds a subcollector's round spends per worker on the data plane (see the module): wall, and the
+    parent's CPU."""
+    import base64
+    import functools
+    import pickle
+
+    from torchrl.envs import ParallelEnv
+
+    make = functools.partial(_echo, pickle.loads(base64.b64decode(specs)))
+    echo = make()  # an echo's own step, in this process: taken off a round (the workers' steps overlap)
+    td = echo.reset()
+    started = time.perf_counter()
+    for _ in range(PLANE_ROUNDS):
+        td = echo.rand_step(td)
+    step = (time.perf_counter() - started) / PLANE_ROUNDS
+    env = ParallelEnv(PLANE_WORKERS, make, mp_start_method="fork", use_buffers=False, metadata_from_workers=True)
+    try:
+        td = env.reset()
+        for i in range(PLANE_ROUNDS + 5):
+            if i == 5:
+                wall, cpu = time.perf_counter(), time.process_time()
+            td = env.rand_step(td)
+        rounds = PLANE_ROUNDS
+        return {"workers": PLANE_WORKERS, "wall_s": max(0.0, (time.perf_counter() - wall) / rounds - step) / PLANE_WORKERS,
+                "parent_cpu_s": (time.process_time() - cpu) / rounds / PLANE_WORKERS, "echo_step_s": step}
+    finally:
+        env.close()
+
+
+def _echo(specs: dict):
+    """An env with ``specs`` that answers every reset and step with their zeros (in a forked echo worker)."""
+    from torchrl.envs import EnvBase
+
+    class Echo(EnvBase):
+        def __init__(self):
+            super().__init__()
+            for name, spec in specs.items():
+                setattr(self, name, spec.clone())
+
+        def _reset(self, tensordict=None, **kwargs):
+            return self.full_observation_spec.zero().update(self.full_done_spec.zero())
+
+        def _step(self, tensordict):
+            return self.full_observation_spec.zero().update(self.full_done_spec.zero()).update(
+                self.full_reward_spec.zero())
+
+        def _set_seed(self, seed):
+            return seed
+
+    return Echo()
 
 
 def steps(env, count: int) -> dict[str, Any]:
