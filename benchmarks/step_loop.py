@@ -14,7 +14,15 @@ Each case is one ``topo.collector`` run of a plan compiled from a toy spec whose
 env (``--case``, a fresh process each; the rows keep every topo guarantee). After two warm-up batches it
 counts frames for ``--seconds``. The ideal beside each case: every env stepping at its own pace (step,
 reset, one forward per step), no barrier: ``workers * L / (reset + L * (step + forward))``, L the mean
-episode length. Results: ``benchmarks/results/step_loop.json``.
+episode length. Beside it, the served ideal: one server runs one batch at a time, so a request that arrives
+while a batch is in its forward waits for the rest of it (half a forward on average) before its own:
+``workers * L / (reset + L * (step + 1.5 * forward))``. Results: ``benchmarks/results/step_loop.json``.
+
+    python benchmarks/step_loop.py --libero            # real LIBERO 1 x 8 with TinyVLA, sync then async
+
+``--libero``: the same measure on real LIBERO (examples/libero_cpu.yaml's kwargs, 1 x 8, TinyVLA): this
+machine's two cores are the limit there, so it shows what async costs or gains on a saturated CPU (no ideal).
+Results: ``benchmarks/results/step_loop_libero.json``.
 """
 from __future__ import annotations
 
@@ -148,17 +156,33 @@ def _compile(spec: dict) -> dict:
         os.unlink(f.name)
 
 
-def ideal(workers: int, forward_ms: float) -> float:
-    """Frames/s with no barrier: each env's episode of mean length L costs a reset and L steps with a forward."""
+def ideal(workers: int, forward_ms: float, served: bool = False) -> float:
+    """Frames/s with no barrier: each env's episode of mean length L costs a reset and L steps with a forward
+    (``served``: and half a forward's wait for the batch the one server is running when the request arrives)."""
     length = sum(LENGTHS) / 2
-    return workers * length / (RESET_MS / 1e3 + length * (STEP_MS + forward_ms) / 1e3)
+    wait = 1.5 * forward_ms if served else forward_ms
+    return workers * length / (RESET_MS / 1e3 + length * (STEP_MS + wait) / 1e3)
 
 
-def run_case(mode: str, subcollectors: int, workers: int, forward_ms: float, seconds: float) -> dict:
+def libero_plan(mode: str, workers: int = 8) -> dict:
+    """examples/libero_cpu.yaml's env and policy as 1 x ``workers``, in ``mode``."""
+    import yaml
+
+    with open(os.path.join(HERE, "..", "examples", "libero_cpu.yaml")) as f:
+        spec = yaml.safe_load(f)
+    spec["name"] = f"step-loop-libero-{mode}-1x{workers}"
+    spec["topology"] = {"subcollectors": 1, "workers_per_subcollector": workers}
+    spec["assignment"]["tasks"] = f"0-{workers // 2 - 1}"
+    spec["collector"] = {"frames_per_batch": workers * STEPS_PER_BATCH, **({"mode": "async"} if mode == "async" else {})}
+    return _compile(spec)
+
+
+def run_case(mode: str, subcollectors: int, workers: int, forward_ms: float, seconds: float,
+             libero: bool = False) -> dict:
     """One case in this process: frames/s over ``seconds`` after two warm-up batches."""
     import topo
 
-    plan = plan_of(mode, subcollectors, workers, forward_ms)
+    plan = libero_plan(mode, workers) if libero else plan_of(mode, subcollectors, workers, forward_ms)
     started = time.monotonic()
     with topo.collector(plan, allow_edited=True, progress=False) as run:
         ready = time.monotonic() - started
@@ -172,12 +196,14 @@ def run_case(mode: str, subcollectors: int, workers: int, forward_ms: float, sec
                     break
         took = time.monotonic() - t0
     built = run.report.data["constructions"]["by_role"]
-    n = subcollectors * workers
-    best = ideal(n, forward_ms)
-    return {"mode": mode, "topology": f"{subcollectors}x{workers}", "forward_ms": forward_ms,
-            "frames": frames, "seconds": round(took, 2), "frames_per_s": round(frames / took, 1),
-            "ideal_frames_per_s": round(best, 1), "of_ideal": round(frames / took / best, 3),
-            "ready_s": round(ready, 1), "constructions": built}
+    out = {"mode": mode, "topology": f"{subcollectors}x{workers}", "forward_ms": None if libero else forward_ms,
+           "frames": frames, "seconds": round(took, 2), "frames_per_s": round(frames / took, 1),
+           "ready_s": round(ready, 1), "constructions": built}
+    if not libero:
+        best, served = ideal(subcollectors * workers, forward_ms), ideal(subcollectors * workers, forward_ms, True)
+        out.update(ideal_frames_per_s=round(best, 1), of_ideal=round(frames / took / best, 3),
+                   served_ideal_frames_per_s=round(served, 1), of_served_ideal=round(frames / took / served, 3))
+    return out
 
 
 def main() -> None:
@@ -185,20 +211,23 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=12.0)
     parser.add_argument("--topologies", default="1x16,2x8")
     parser.add_argument("--case", help="mode:CxW:forward_ms (one case, JSON on stdout)")
-    parser.add_argument("--out", default=os.path.join(HERE, "results", "step_loop.json"))
+    parser.add_argument("--libero", action="store_true", help="real LIBERO 1 x 8 with TinyVLA, sync and async")
+    parser.add_argument("--out", default=None)
     args = parser.parse_args()
     if args.case:
         mode, shape, forward = args.case.split(":")
         c, w = map(int, shape.split("x"))
-        print(json.dumps(run_case(mode, c, w, float(forward), args.seconds)), flush=True)
+        print(json.dumps(run_case(mode, c, w, float(forward), args.seconds, args.libero)), flush=True)
         return
+    args.out = args.out or os.path.join(HERE, "results", "step_loop_libero.json" if args.libero else "step_loop.json")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]), "MUJOCO_GL": "egl"}
     results = []
-    for shape in args.topologies.split(","):
-        for forward in FORWARDS_MS:
+    for shape in ["1x8"] if args.libero else args.topologies.split(","):
+        for forward in [0.0] if args.libero else FORWARDS_MS:
             for mode in MODES:  # side by side: the two modes of one case one after the other
-                done = subprocess.run([sys.executable, __file__, "--case", f"{mode}:{shape}:{forward}",
-                                       "--seconds", str(args.seconds)], env=env, capture_output=True, text=True)
+                done = subprocess.run([sys.executable, __file__, "--case", f"{mode}:{shape}:{forward}", "--seconds",
+                                       str(args.seconds)] + (["--libero"] if args.libero else []), env=env,
+                                      capture_output=True, text=True)
                 line = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
                 result = json.loads(line[-1]) if done.returncode == 0 and line else \
                     {"mode": mode, "topology": shape, "forward_ms": forward, "error": done.stderr[-2000:]}
@@ -209,10 +238,12 @@ def main() -> None:
         pairs.setdefault((r["topology"], r["forward_ms"]), {})[r["mode"]] = r
     ratios = [{"topology": t, "forward_ms": f, "async_over_sync": round(p["async"]["frames_per_s"] /
                                                                         p["sync"]["frames_per_s"], 2),
-               "async_of_ideal": p["async"]["of_ideal"], "sync_of_ideal": p["sync"]["of_ideal"]}
+               **{f"{m}_{k}": p[m][k] for m in MODES for k in ("of_ideal", "of_served_ideal") if k in p[m]}}
               for (t, f), p in pairs.items() if "frames_per_s" in p.get("async", {}) and "frames_per_s" in p.get("sync", {})]
-    out = {"what": __doc__.split("\n\n")[0].strip(), "env": {"step_ms": STEP_MS, "step_sd_ms": STEP_SD_MS,
-           "reset_ms": RESET_MS, "episode_lengths": list(LENGTHS), "cameras": "2 x 3x256x256 uint8", "state": 9},
+    env_of = {"libero": "examples/libero_cpu.yaml's kwargs, 1 x 8, TinyVLA"} if args.libero else {
+        "step_ms": STEP_MS, "step_sd_ms": STEP_SD_MS, "reset_ms": RESET_MS, "episode_lengths": list(LENGTHS),
+        "cameras": "2 x 3x256x256 uint8", "state": 9}
+    out = {"what": __doc__.split("\n\n")[0].strip(), "env": env_of,
            "seconds_per_case": args.seconds, "host": os.uname().nodename, "cpus": os.cpu_count(),
            "load_average_at_end": os.getloadavg(),  # a figure taken on a host busy with other work is not the data plane's
            "results": results, "ratios": ratios}
