@@ -303,3 +303,19 @@ def test_the_report_says_why_each_env_that_was_built_never_closed(tmp_path):
     assert report._why_not_closed(items) == (" (not closed: 1 ended by its subcollector's restart, 1 died (killed by "
                                              "SIGKILL), 1 killed at teardown)")
     assert report.not_closed(state, killed=[])[-1]["why"] == "no close record" and report._why_not_closed([]) == ""
+
+
+def test_two_runs_given_one_report_directory_each_keep_their_report(tmp_path):
+    """Each run's report in its own run directory too; the directory's summary.json is the run that ended last,
+    replaced whole."""
+    from topo.launch.report import Report
+
+    report_dir = tmp_path / "report"
+    first, second = report_dir / "topo-run-a", report_dir / "topo-run-b"
+    for run_dir in (first, second):
+        run_dir.mkdir(parents=True)
+        Report({"run_dir": str(run_dir), "error": None}).file(str(run_dir), str(report_dir))
+    assert json.loads((first / "summary.json").read_text())["run_dir"] == str(first)
+    assert json.loads((second / "summary.json").read_text())["run_dir"] == str(second)
+    assert json.loads((report_dir / "summary.json").read_text())["run_dir"] == str(second)
+    assert not list(report_dir.rglob("*.tmp"))

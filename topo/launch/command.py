@@ -22,7 +22,8 @@ import click
 @click.option("--policy", "policy_factory", metavar="MODULE:CALLABLE",
               help="Policy factory, called in each subcollector (or the server); overrides the spec's.")
 @click.option("--report", "report_dir", type=click.Path(file_okay=False),
-              help="Write DIR/summary.json and keep the run directory (markers, logs) in DIR.")
+              help="Write DIR/summary.json (the run that ended last) and keep the run directory (markers, logs, "
+                   "its own summary.json) in DIR.")
 @click.option("--quiet", is_flag=True, help="No progress and no summary; errors only.")
 @click.option("--startup-timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds; overrides the plan.")
 @click.option("--max-concurrent-starts", type=click.IntRange(min=1),

@@ -73,21 +73,26 @@ class Report:
         return self.data["ok"]
 
     def write(self, directory: str) -> str:
+        """``directory/summary.json``, replaced whole (a reader never sees half of it)."""
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, "summary.json")
-        with open(path, "w") as f:
+        partial = f"{path}.{os.getpid()}.tmp"
+        with open(partial, "w") as f:
             json.dump(self.data, f, indent=1)
             f.write("\n")
+        os.replace(partial, path)
         return path
 
     def file(self, run_dir: str, report_dir: str | None) -> None:
-        """Write the report to ``report_dir`` (the run directory is kept there); without one, keep the run
-        directory with the report only when topo failed, and say where."""
+        """Write the report to ``report_dir`` (the run directory is kept there, with its own copy: two runs
+        given one ``report_dir`` each keep theirs, and ``report_dir/summary.json`` is the one that ended last);
+        without one, keep the run directory with the report only when topo failed, and say where."""
         error = self.data["error"]
         removed = not report_dir and (error is None or error["in"] != "topo" or error["type"] == "Interrupted")
         if self.data.get("episodes"):
             self.data["episodes"]["kept"] = not removed
         if report_dir:
+            self.write(run_dir)
             self.write(report_dir)
         elif removed:
             shutil.rmtree(run_dir, ignore_errors=True)
