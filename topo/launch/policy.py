@@ -146,9 +146,12 @@ def in_server(factory: str | Callable, kwargs: dict, notes=None, slots: server_s
     Ctrl-C is the trainer's), or a Ray actor whose records go to the trainer through ``notes``, a Ray queue
     (its node may share no filesystem with the trainer: :mod:`topo.launch.ray.server`). With ``slots`` (the
     transport's request layout) it decodes requests and packs replies; how they pack goes into its marker for the
-    clients. ``seed`` seeds its global RNGs first (:mod:`.seeding`)."""
+    clients. ``seed`` seeds its global RNGs first (:mod:`.seeding`). On a CPU it computes on one thread, as a
+    subcollector's copy does (torchrl's ``num_sub_threads``): the cores are the env workers'."""
     if notes is None:
         os.setpgid(0, 0)
+    if not str(device or "cpu").startswith("cuda"):
+        torch.set_num_threads(1)
     seeding.seed_globals(seed)
     note = _server_notes(notes)
     try:
