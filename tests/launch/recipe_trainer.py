@@ -48,11 +48,12 @@ def main() -> None:
 
     policy = make(action_dim=4, image_size=16, state_dim=8)
     buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(10_000, shared_init=True), shared=True)
+    began = time.monotonic()
     collector, policy_server, eval_policy = make_collector(None, policy, torch.device("cpu"), tokenizer=None,
                                                            replay_buffer=buffer, spec=args.spec,
                                                            report_dir=args.report)
     run = collector.run
-    emit(event="ready", run_dir=run.run_dir, served=run.plan["policy"])
+    emit(event="ready", run_dir=run.run_dir, served=run.plan["policy"], seconds=time.monotonic() - began)
     try:
         first = sync_policy_server(policy_server, policy)
         collector.start()
@@ -70,7 +71,7 @@ def main() -> None:
                 version = sync_policy_server(policy_server, policy)
                 rows = buffer[: len(buffer)]
             same = all(torch.equal(a, b) for a, b in zip(policy.parameters(), eval_policy.parameters()))
-            emit(event="iteration", iteration=i, version=version, first=first, rows=len(buffer), eval_synced=same,
+            emit(event="iteration", iteration=i, seconds=time.monotonic() - began, version=version, first=first, rows=len(buffer), eval_synced=same,
                  versions=sorted({int(v) for v in rows["policy_version"].flatten().tolist()}),
                  instructions=sorted(set(decode(rows["topo", "instruction"]))),
                  keys=sorted(str(k) for k in rows.keys(True, True)), by_episode=by_episode(rows))
