@@ -2,9 +2,9 @@
 (:mod:`topo.recipes.vla_grpo`): ``python recipe_trainer.py SPEC REPORT [--iterations N] [--rows N]``.
 
 As the recipe: ``make_collector(cfg, policy, device, tokenizer=, replay_buffer=)``, the server synced before
-``collector.start()``, each iteration waits for ``--rows`` more rows, updates and syncs inside ``with
-collector.pause():``, and its ``finally`` shuts down the collector, the server and its transport. The spec has no
-policy section: the server acts with a copy of the trainer's policy, synced the recipe's way (a TensorDict of the
+``collector.start()``, each iteration waits for ``--rows`` more rows, then inside ``with collector.pause():``
+updates, drops partial trajectories (``collector.map_fn("reset")``, its ``reset_collection_state``) and syncs;
+its ``finally`` shuts down the collector, the server and its transport. The spec has no policy section: the server acts with a copy of the trainer's policy, synced the recipe's way (a TensorDict of the
 trainable parameters only). One JSON line per event on stdout.
 """
 from __future__ import annotations
@@ -68,8 +68,9 @@ def main() -> None:
                 with torch.no_grad():
                     for p in policy.parameters():
                         p.add_(0.01)
-                version = sync_policy_server(policy_server, policy)
                 rows = buffer[: len(buffer)]
+                collector.map_fn("reset")  # the recipe's reset_collection_state: partial trajectories dropped
+                version = sync_policy_server(policy_server, policy)
             same = all(torch.equal(a, b) for a, b in zip(policy.parameters(), eval_policy.parameters()))
             emit(event="iteration", iteration=i, seconds=time.monotonic() - began, version=version, first=first, rows=len(buffer), eval_synced=same,
                  versions=sorted({int(v) for v in rows["policy_version"].flatten().tolist()}),

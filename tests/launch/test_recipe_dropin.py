@@ -18,6 +18,7 @@ from tests.compiler.test_import import COMMITTED, imported_plan
 from tests.launch.launch_helpers import HANG_GUARD_S, HERE, LAUNCH_LIMITS, subprocess_env, toy_spec, write
 from tests.launch.script_events import parse
 from tests.launch.test_restarts import assert_nothing_left, of
+from topo.compiler.assign import GROUP_ID_OFFSET
 from topo.launch.policy import PolicySetup
 from topo.policies.tinyvla import make
 from topo.recipes import vla_grpo
@@ -45,14 +46,17 @@ def test_the_recipes_loop_through_the_drop_in_collects_syncs_and_leaves_nothing(
     report = after["report"]
     # each episode's rows carry its plan row's instruction and group, and versions the run recorded for it
     summaries = {e["id"]: e for e in after["episodes"]}
-    rows = {(r["instruction"], r["group"] * 10**6) for sub in topo.compile_spec(str(spec))["subcollectors"]
+    rows = {(r["instruction"], r["group"]) for sub in topo.compile_spec(str(spec))["subcollectors"]
             for r in sub["workers"]}
     for eid, seen in iterations[-1]["by_episode"].items():
         summary = summaries[eid]
         assert seen["instructions"] == [summary["instruction"]] and seen["group_ids"] == [summary["group_id"]]
-        assert (summary["instruction"], summary["group_id"]) in rows
+        assert (summary["instruction"], summary["group_id"] // GROUP_ID_OFFSET) in rows  # a group's ids: its block
         assert set(seen["versions"]) <= set(summary["policy_versions"])
-    assert len(iterations[-1]["by_episode"]) >= 4  # every worker's rows reached the buffer
+    # the recipe's reset_collection_state (collector.map_fn("reset") inside the pause): every worker starts a new
+    # episode at each sync, so each episode acts with one version only, as the recipe's GRPO groups need
+    assert [len(i["by_episode"]) for i in iterations] == [4, 8, 12]
+    assert all(len(seen["versions"]) == 1 for seen in iterations[-1]["by_episode"].values())
     assert report["ok"] and report["restarts"] == [] and report["policy"]["placement"] == "server"
     assert report["policy"]["updates"] == 4
     assert report["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 4}
