@@ -42,9 +42,13 @@ def main() -> None:
         out: dict = {}
         for e, text, group, version in zip(rows["topo_episode"].flatten().tolist(), decode(rows["topo", "instruction"]),
                                            rows["group_id"].flatten().tolist(), rows["policy_version"].flatten().tolist()):
-            seen = out.setdefault(episode_id(e), {"instructions": set(), "group_ids": set(), "versions": set()})
+            seen = out.setdefault(episode_id(e), {"instructions": set(), "group_ids": set(), "versions": set(),
+                                                  "rows": 0})
             seen["instructions"].add(text), seen["group_ids"].add(int(group)), seen["versions"].add(int(version))
-        return {e: {k: sorted(v) for k, v in seen.items()} for e, seen in out.items()}
+            seen["rows"] += 1
+        for e, done in zip(rows["topo_episode"].flatten().tolist(), rows["next", "done"].flatten().tolist()):
+            out[episode_id(e)]["last_done"] = bool(done)  # rows in write order: an episode's last row, done
+        return {e: {k: sorted(v) if isinstance(v, set) else v for k, v in seen.items()} for e, seen in out.items()}
 
     policy = make(action_dim=4, image_size=16, state_dim=8)
     buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(10_000, shared_init=True), shared=True)
@@ -67,7 +71,7 @@ def main() -> None:
             with collector.pause():
                 with torch.no_grad():
                     for p in policy.parameters():
-                        p.add_(0.01)
+                        p.add_(1e-4)  # an update that keeps the toy episodes ending (they are not truncated)
                 rows = buffer[: len(buffer)]
                 collector.map_fn("reset")  # the recipe's reset_collection_state: partial trajectories dropped
                 version = sync_policy_server(policy_server, policy)

@@ -29,7 +29,9 @@ TINY = {"action_dim": 4, "image_size": 16, "state_dim": 8}
 
 @pytest.mark.slow
 def test_the_recipes_loop_through_the_drop_in_collects_syncs_and_leaves_nothing(tmp_path):
-    spec = write(tmp_path / "toy.yaml", toy_spec(2, 2, launch=dict(LAUNCH_LIMITS)))
+    # episodes that end within a few steps (the toy env truncates none): whole trajectories reach the buffer
+    env = {"backend": "toy", "kwargs": {"success_steps": 1, "state_dim": 8, "success_tol": 0.5}}
+    spec = write(tmp_path / "toy.yaml", toy_spec(2, 2, env=env, launch=dict(LAUNCH_LIMITS)))
     done = subprocess.run([sys.executable, str(HERE / "recipe_trainer.py"), str(spec), str(tmp_path / "report"),
                            "--iterations", "3"], env=subprocess_env(), capture_output=True, text=True,
                           timeout=HANG_GUARD_S)
@@ -53,10 +55,12 @@ def test_the_recipes_loop_through_the_drop_in_collects_syncs_and_leaves_nothing(
         assert seen["instructions"] == [summary["instruction"]] and seen["group_ids"] == [summary["group_id"]]
         assert (summary["instruction"], summary["group_id"] // GROUP_ID_OFFSET) in rows  # a group's ids: its block
         assert set(seen["versions"]) <= set(summary["policy_versions"])
-    # the recipe's reset_collection_state (collector.map_fn("reset") inside the pause): every worker starts a new
-    # episode at each sync, so each episode acts with one version only, as the recipe's GRPO groups need
-    assert [len(i["by_episode"]) for i in iterations] == [4, 8, 12]
-    assert all(len(seen["versions"]) == 1 for seen in iterations[-1]["by_episode"].values())
+    # whole trajectories only, as the recipe's Collector writes them (trajs_per_batch=1) for its MCAdvantage; with
+    # its reset_collection_state in each pause (collector.map_fn("reset")), each acted with one version only
+    episodes = iterations[-1]["by_episode"]
+    assert {e.split("-")[0] for e in episodes} == {"w0", "w1", "w2", "w3"}  # every worker's rows reached it
+    assert all(seen["last_done"] for seen in episodes.values())
+    assert all(len(seen["versions"]) == 1 for seen in episodes.values())
     assert report["ok"] and report["restarts"] == [] and report["policy"]["placement"] == "server"
     assert report["policy"]["updates"] == 4
     assert report["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 4}
@@ -115,7 +119,7 @@ class FakeRun:
     """What the drop-in's objects call on a topo.Run."""
 
     def __init__(self, raises: BaseException | None = None):
-        self.closed, self.raises, self.pushed, self.placement = [], raises, [], None
+        self.closed, self.raises, self.pushed, self.placement, self.report = [], raises, [], None, None
 
     def close(self, exc=None):
         self.closed.append(exc)
@@ -154,3 +158,11 @@ def test_the_recipes_partial_sync_reaches_the_run_and_the_eval_policy():
     assert run.pushed and all(torch.equal(a, b) for a, b in zip(policy.parameters(), eval_policy.parameters()))
     server.shutdown(), server.transport.close()
     assert run.closed == [None, None]
+
+
+def test_a_sync_materialises_the_eval_copys_lazy_layers_as_the_trainers_first_update_did():
+    trainer, copy = torch.nn.LazyLinear(3), torch.nn.LazyLinear(3)  # TinyVLA's layers are lazy until a forward
+    trainer(torch.zeros(1, 5))
+    vla_grpo.assign(copy, TensorDict.from_module(trainer).data.clone())
+    assert torch.equal(copy.weight, trainer.weight) and copy.weight.shape == (3, 5)
+    assert torch.equal(copy(torch.ones(1, 5)), trainer(torch.ones(1, 5)))

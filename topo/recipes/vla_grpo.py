@@ -12,9 +12,10 @@ built from a topo plan. The switch is one import in ``vla-grpo.py``::
   inference server (``placement: server``) on ``device``, built by the spec's ``policy.factory``, or
   ``policy_factory=``, or else from a copy of ``policy`` (the trainer's, as it is when this is called).
 - **collector**: the run's torchrl collector (``run.collector``: ``start()``, ``pause()``, ``map_fn``...), started
-  with the recipe's ``replay_buffer`` (shared: topo refuses a storage it would have to build an env to shape), and
-  supervised: restarts, hangs, provenance per row. Its ``shutdown()``, which the recipe calls in its ``finally``,
-  tears the whole run down (workers, subcollectors, the server) and writes the report (``collector.run.report``);
+  with the recipe's ``replay_buffer`` (shared: topo refuses a storage it would have to build an env to shape),
+  which it extends with whole trajectories, as the recipe's does (``trajs_per_batch=1``, ``traj_format="cat"``:
+  the buffer's GRPO transform reads whole ones), and supervised: restarts, hangs, provenance per row. Its ``shutdown()``, which the recipe calls in its ``finally``,
+  tears the whole run down (workers, subcollectors, the server) and prints its report (``collector.run.report``);
   the run's failure, if any, is raised there (topo's error, naming the worker and its row).
 - **policy_server**: what the recipe's ``sync_policy_server`` calls: ``update_model_weights(weights)`` pushes them
   through ``run.update_weights`` (a partial TensorDict, the recipe's ``trainable_only``, included): when it
@@ -54,6 +55,8 @@ def make_collector(cfg: Any, policy: Any, device: Any = None, *, tokenizer: Any 
     factory = policy_factory if policy_factory is not None else (
         None if plan["policy"].get("factory") != SERVED_COPY else ServedCopy(policy))
     options.setdefault("progress", False)
+    for key, value in RECIPE_COLLECTOR.items():  # the recipe's Collector writes whole trajectories to its buffer
+        options.setdefault(key, value)
     run = topo.collector(plan, policy=policy, policy_factory=factory, replay_buffer=replay_buffer, **options)
     run.start()
     eval_policy = copy.deepcopy(policy) if policy is not None else None
@@ -61,6 +64,9 @@ def make_collector(cfg: Any, policy: Any, device: Any = None, *, tokenizer: Any 
 
 
 SERVED_COPY = "topo.recipes.vla_grpo:served_copy"
+#: the recipe's Collector keywords a topo plan does not decide: its replay transform (MCAdvantage) reads whole
+#: trajectories, so each subcollector writes one finished trajectory at a time, concatenated
+RECIPE_COLLECTOR = {"trajs_per_batch": 1, "traj_format": "cat"}
 
 
 def plan_of(cfg: Any, spec: str | os.PathLike | None = None) -> dict[str, Any]:
@@ -166,11 +172,7 @@ class PolicyServer:
         """Push ``weights`` (a TensorDict of the policy's, or a part of it) to the server; the new version."""
         version = self.run.update_weights(weights)
         if self.eval_policy is not None:
-            import torch
-            from tensordict import TensorDict
-
-            with torch.no_grad():
-                TensorDict.from_module(self.eval_policy).data.update_(weights)
+            assign(self.eval_policy, weights)
         return version
 
     def stats(self, timeout: float = 1.0) -> dict | None:
@@ -179,6 +181,25 @@ class PolicyServer:
 
     def shutdown(self, *args: Any, **kwargs: Any) -> None:
         close(self.run)
+
+
+def assign(module: Any, weights: Any) -> None:
+    """``weights`` (a TensorDict of ``module``'s, or a part of it) into ``module`` in place. A tensor of another
+    shape replaces the module's: a lazy layer (TinyVLA's) is materialised by the trainer's first forward, after
+    the copy was made or synced."""
+    import torch
+    from torch.nn.parameter import UninitializedTensorMixin
+
+    with torch.no_grad():
+        for name, value in weights.flatten_keys(".").items():
+            owner_name, _, attr = name.rpartition(".")
+            current = getattr(module.get_submodule(owner_name), attr)
+            if isinstance(current, UninitializedTensorMixin):
+                current.materialize(value.shape, device=current.device, dtype=value.dtype)
+            if current.shape != value.shape:
+                current.data = value.detach().clone().to(current.device)
+            else:
+                current.copy_(value)
 
 
 class _Transport:
@@ -190,9 +211,13 @@ class _Transport:
 
 
 def close(run: Any) -> None:
-    """End ``run`` once (later calls do nothing). Called in a ``finally`` while an exception propagates, that
-    exception is the run's end; topo's error naming a failure is raised in its place, else nothing."""
+    """End ``run`` once (later calls do nothing) and print its report on stderr. Called in a ``finally`` while an
+    exception propagates, that exception is the run's end; topo's error naming a failure is raised in its place,
+    else nothing."""
     ending = sys.exc_info()[1]
+    open_ = getattr(run, "report", None) is None
     raised = run.close(ending)
+    if open_ and getattr(run, "report", None) is not None:  # the recipe has no place for it: topo's report, said
+        print(run.report, file=sys.stderr)
     if raised is not None and raised is not ending:
         raise raised
