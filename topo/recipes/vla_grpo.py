@@ -57,9 +57,9 @@ def make_collector(cfg: Any, policy: Any, device: Any = None, *, tokenizer: Any 
     options.setdefault("progress", False)
     for key, value in RECIPE_COLLECTOR.items():  # the recipe's Collector writes whole trajectories to its buffer
         options.setdefault(key, value)
+    eval_policy = copy.deepcopy(policy) if policy is not None else None  # before the start: nothing to undo
     run = topo.collector(plan, policy=policy, policy_factory=factory, replay_buffer=replay_buffer, **options)
-    run.start()
-    eval_policy = copy.deepcopy(policy) if policy is not None else None
+    run.start()  # raises what went wrong, after its own teardown
     return Collector(run), PolicyServer(run, eval_policy), eval_policy
 
 
