@@ -7,6 +7,7 @@ from __future__ import annotations
 import pickle
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -91,6 +92,7 @@ def test_the_plan_is_the_imported_specs_unless_a_spec_is_given(tmp_path, monkeyp
     import yaml
 
     monkeypatch.delenv(vla_grpo.SPEC_VAR, raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the imported spec's folder, in the test's
     _, expected = imported_plan(tmp_path)
     cfg = yaml.safe_load(COMMITTED)
     def rows_and_all(plan: dict) -> dict:  # the spec's path and digest aside (its header names the config file)
