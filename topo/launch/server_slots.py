@@ -51,9 +51,24 @@ class Inherited:
         self.obj = obj
 
     def __reduce__(self):
+        from multiprocessing.context import get_spawning_popen
         from multiprocessing.reduction import ForkingPickler
 
+        popen = get_spawning_popen()
+        if popen is not None and isinstance(getattr(popen, "_fds", None), list):
+            # this pickler's memo is not the process's: a shared-memory arena it holds besides this object (a shared
+            # replay buffer's counters live in the same multiprocessing heap) is handed to the child twice, and
+            # Python 3.11's spawn refuses a file descriptor listed twice ("bad value(s) in fds_to_keep")
+            popen._fds = _UniqueFds(popen._fds)
         return pickle.loads, (bytes(ForkingPickler.dumps(self.obj)),)
+
+
+class _UniqueFds(list):
+    """A spawning process's file descriptors to keep, each once (the child gets the same number either way)."""
+
+    def append(self, fd: int) -> None:
+        if fd not in self:
+            super().append(fd)
 
 
 def layout(plan: dict[str, Any]) -> tuple[Layout | None, str]:
