@@ -12,7 +12,7 @@ import os
 import signal
 import time
 
-from script_events import emit  # this folder: the script's own path entry
+from script_events import emit, rows_arrived  # this folder: the script's own path entry
 from trainer import worker_pid
 
 WAIT_S = 240.0  # a buffer that stops filling ends the script, named, long before the test's guard
@@ -53,12 +53,9 @@ def main() -> None:
             emit(event="ready", run_dir=run.run_dir)
             run.collector.start()
             for i in range(args.iterations):
-                target, began = buffer.write_count + args.rows, time.monotonic()
-                while buffer.write_count < target:
-                    if time.monotonic() - began > WAIT_S:
-                        emit(event="starved", iteration=i, rows=buffer.write_count)
-                        return
-                    time.sleep(0.05)
+                began = rows_arrived(buffer, args.rows, i, WAIT_S)
+                if began is None:
+                    return
                 with run.collector.pause():
                     with torch.no_grad():
                         for p in policy.parameters():

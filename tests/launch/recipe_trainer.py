@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from script_events import emit  # this folder: the script's own path entry
+from script_events import emit, rows_arrived  # this folder: the script's own path entry
 
 WAIT_S = 240.0
 
@@ -62,12 +62,9 @@ def main() -> None:
         first = sync_policy_server(policy_server, policy)
         collector.start()
         for i in range(args.iterations):
-            target, began = buffer.write_count + args.rows, time.monotonic()
-            while buffer.write_count < target:
-                if time.monotonic() - began > WAIT_S:
-                    emit(event="starved", iteration=i, rows=buffer.write_count)
-                    return
-                time.sleep(0.05)
+            began = rows_arrived(buffer, args.rows, i, WAIT_S)
+            if began is None:
+                return
             with collector.pause():
                 with torch.no_grad():
                     for p in policy.parameters():

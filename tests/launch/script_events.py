@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Iterable, Iterator
 
 START = '{"event": '  # every event's first key: emit(event=..., ...)
@@ -18,6 +19,18 @@ def emit(**fields) -> None:
     """Print one event, ``event`` first (``emit(event="ready", ...)``), in a single write."""
     sys.stdout.write(json.dumps(fields) + "\n")
     sys.stdout.flush()
+
+
+def rows_arrived(buffer, rows: int, iteration: int, wait_s: float) -> float | None:
+    """Wait until a shared replay buffer holds ``rows`` more rows: the wait's start (``time.monotonic()``), or None
+    after emitting ``starved`` when it stops filling for ``wait_s`` (the script then ends, named)."""
+    target, began = buffer.write_count + rows, time.monotonic()
+    while buffer.write_count < target:
+        if time.monotonic() - began > wait_s:
+            emit(event="starved", iteration=iteration, rows=buffer.write_count)
+            return None
+        time.sleep(0.05)
+    return began
 
 
 def parse(lines: Iterable[str] | str) -> Iterator[dict]:
