@@ -42,7 +42,7 @@ def test_the_probe_runs_in_a_child_and_is_cached(tmp_path, monkeypatch):
     assert second.exit_code == 0, second.output
     assert "probe cached" in second.output and f"memory on {HOST}: 4 workers x" in second.output
 
-    monkeypatch.setattr("topo.doctor.host.available_gb", lambda: 1.0)
+    monkeypatch.setattr("topo.estimate.host.available_gb", lambda: 1.0)
     refused = CliRunner().invoke(main, ["plan", str(spec), "--estimate"])
     assert refused.exit_code == 2 and "error memory-exceeds-node" in refused.output
     assert "GB usable (90%); not even 1 x 1 fits" in refused.output

@@ -161,7 +161,7 @@ def fake_probe(monkeypatch, tmp_path):
     monkeypatch.setenv(cache.CACHE_VAR, str(tmp_path / "estimates"))
     calls = []
     monkeypatch.setattr("topo.estimate.probe.run", lambda request: calls.append(request) or dict(LIBERO_PROBE))
-    monkeypatch.setattr("topo.doctor.host.available_gb", lambda: 20.0)
+    monkeypatch.setattr("topo.estimate.host.available_gb", lambda: 20.0)
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     return calls
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from topo.launch.report import ROLES
+from topo.runtime.rundir import ROLES
 from topo.bench.bound import Costs, Shape, lower_bound
 from topo.bench.modes import baseline as baseline_of
 

@@ -17,7 +17,8 @@ from typing import Any
 import click
 
 from topo.checks import FAIL, OK, Check
-from topo.doctor.host import _backend, available_gb, check_lines, estimate_memory, host_checks, summary, worker_gb
+from topo.estimate.host import available_gb
+from topo.doctor.host import _backend, check_lines, estimate_memory, host_checks, summary, worker_gb
 from topo.errors import LaunchError
 from topo.launch.ray import HINT, check_reachable, custom_resources, holds, reason, runtime_env
 

@@ -20,6 +20,7 @@ from typing import Any, Iterable
 from topo.runtime import child
 from topo.backends import Backend, available, get_backend
 from topo.checks import FAIL, OK, WARN, Check
+from topo.estimate.host import available_gb
 from topo.estimate.model import PROCESS_GB, Memory, declared
 
 PROBE_MARK = "TOPO-PROBE "
@@ -362,13 +363,6 @@ def _visible_count(physical: int) -> int:
     if visible is None:
         return physical
     return len([d for d in visible.split(",") if d.strip()])
-
-
-def available_gb() -> float:
-    """This host's available memory now (MemAvailable), GB."""
-    import psutil
-
-    return psutil.virtual_memory().available / 2**30
 
 
 def _backend(plan: dict) -> Backend | None:

@@ -17,7 +17,7 @@ import click
 
 from topo.diagnostics import Diagnostic, error
 from topo.errors import SpecError
-from topo.estimate import cache, model
+from topo.estimate import cache, host, model
 from topo.estimate.model import HOST, UNPLACED, Budget, Layout
 from topo.estimate.probe import STEPS
 
@@ -122,10 +122,8 @@ def horizon(plan: Mapping[str, Any], backend) -> int | None:
 
 def node_budgets(plan: Mapping[str, Any], spec_data: Any = None) -> dict[str, Budget]:
     """This host's, and under Ray each declared node's (read from the plan's spec when ``spec_data`` is None)."""
-    from topo.doctor.host import available_gb
-
     cores = os.cpu_count() or 1
-    budgets = {HOST: Budget(available_gb(), cores, "MemAvailable"), UNPLACED: Budget(None, cores, "no declared node")}
+    budgets = {HOST: Budget(host.available_gb(), cores, "MemAvailable"), UNPLACED: Budget(None, cores, "no declared node")}
     if (plan.get("placement") or {}).get("engine") != "ray":
         return budgets
     data = spec_data if spec_data is not None else _spec_data(plan)

@@ -13,12 +13,12 @@ from typing import Any
 from topo.errors import TopoError
 from topo.runtime import episodes
 from topo.runtime import time_breakdown
+from topo.runtime.rundir import ROLES
 from topo.launch import observe
 from topo.launch.ray import describe_placement
 from topo.launch.supervision.state import RunState
 from topo.launch.supervision.teardown import Record
 
-ROLES = ("trainer", "server", "subcollector", "worker")
 
 
 @dataclass

@@ -19,6 +19,10 @@ import time
 import uuid
 from typing import Any, Iterator
 
+#: the roles a process of a run has, in the order a report lists them (an env built in any but a worker is
+#: what worker metadata removes)
+ROLES = ("trainer", "server", "subcollector", "worker")
+
 RUN_DIR_VAR = "TOPO_RUN_DIR"
 SLOTS_VAR = "TOPO_MAX_CONCURRENT_STARTS"
 RESTART_VAR = "TOPO_RESTART"  # set in the processes of a restarted subcollector: its restart number
