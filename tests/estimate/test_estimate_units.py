@@ -4,6 +4,7 @@ fake LIBERO-like probe, the refusal with its arithmetic, Ray nodes' declared mem
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -24,7 +25,17 @@ LIBERO_PROBE = {
     "steps": {"count": 30, "p50_s": 0.15, "p95_s": 0.20, "mean_s": 0.16, "cpu_mean_s": 0.25, "reset_s": 0.32,
               "reset_cpu_s": 0.32, "episode_steps": None},
 }
-HOST_20 = {HOST: Budget(20.0, 2, "MemAvailable")}  # a 24 GiB host with 20 GB available, 2 cores
+HOST_20 = {HOST: Budget(20.0, 2, "MemAvailable")}
+
+
+@pytest.fixture(autouse=True)
+def _environ():
+    """``topo launch`` run in this process holds GL in its environment (``TOPO_MUJOCO_GL``), as it would in its own
+    process: the pytest process's environment is put back, or later tests' children inherit it."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)  # a 24 GiB host with 20 GB available, 2 cores
 
 
 def libero_plan(subcollectors: int, workers: int, **extra) -> dict:
