@@ -177,6 +177,12 @@ def test_what_ray_raises_is_named_as_the_worker_the_actor_or_the_node_it_was(tmp
     assert (found.kind, found.subcollector, found.worker, found.row["global_index"], found.pid) == ("worker-died", 1, 1, 3, 4242)
     assert found.message == ("env worker died while collecting without a traceback (killed by SIGKILL, pid 4242 on "
                              "host-b (node bbbbbbbb))") and found.restartable
+    for ended in (-15, 0, None):  # a sibling torchrl ended (or that had not yet exited) is not the cause
+        died = exceptions.RayTaskError("next", "trace", EnvWorkersDied.of([(0, 4241, ended), (1, 4242, -9)], "EOFError: ", {}))
+        assert (topology._failure(1, died).worker, topology._failure(1, died).pid) == (1, 4242)
+    state.plan["launch"]["hang_timeout"] = 5
+    died = exceptions.RayTaskError("next", "trace", EnvWorkersDied.of([(0, 4241, -9), (1, 4242, -9)], "", {1: 6.0}))
+    assert (topology._failure(1, died).kind, topology._failure(1, died).worker) == ("worker-hung", 1)  # the hung one
     monkeypatch.setattr(ray_collector, "_node_alive", lambda node: True)
     found = topology._failure(0, exceptions.RayTaskError("next", "Traceback ...\nValueError: bad shape",
                                                          ValueError("bad shape")))

@@ -11,6 +11,7 @@ import copy
 import importlib.util
 import math
 import os
+import signal
 import socket
 import time
 from typing import Any, Iterator
@@ -183,7 +184,7 @@ class RayTopology:
         node = self._node(c)
         cause = getattr(err, "cause", None)
         if isinstance(cause, EnvWorkersDied):
-            index, pid, exitcode = next((d for d in cause.dead if d[0] in cause.hung), cause.dead[0])
+            index, pid, exitcode = min(cause.dead, key=lambda d: _likely_cause(d, cause.hung))
             return blame(lambda state: failures.remote_worker_died(
                 state, c, index, pid, processes.describe_exitcode(exitcode), _where(node), node.get("hostname"), now,
                 cause.hung.get(index)))
@@ -498,3 +499,16 @@ class RayEngine:
         import ray
 
         ray.shutdown()
+
+
+def _likely_cause(dead: tuple[int, int, int | None], hung: dict[int, float]) -> tuple[int, int]:
+    """Sort key of an actor's dead env workers, the cause first: one its watch killed as hung, then one killed
+    by a signal other than SIGTERM (torchrl ends a dead worker's siblings so), then one that failed, then any;
+    by index within each."""
+    index, _, exitcode = dead
+    if index in hung:
+        return 0, index
+    if exitcode is not None and exitcode < 0 and exitcode != -signal.SIGTERM:
+        return 1, index
+    return (2 if exitcode not in (0, -signal.SIGTERM) else 3), index
+
