@@ -133,8 +133,8 @@ def test_topo_top_once_as_json_filters_and_sorts(tmp_path):
     assert text.exit_code == 0, text.output
     lines = text.output.splitlines()
     assert lines[1].startswith("running") and "6 workers" in lines[1]
-    assert "needs attention (2):" in lines and lines[-2].split()[:6] == ["1", "0", "1", "1", "task", "1"]
-    assert lines[-1].split()[6] == "dead"
+    assert "needs attention (2):" in lines and lines[-2].split()[:7] == ["1", "0", "1", HOST, "1", "task", "1"]
+    assert lines[-1].split()[7] == "dead"  # the node column: this host, outside Ray
 
 
 def test_topo_top_names_a_missing_run(tmp_path):

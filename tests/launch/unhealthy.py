@@ -3,7 +3,8 @@
 ``leak_seed`` allocates and holds ``leak_mb`` MB per step (with ``leak_stride`` N, every seed equal to it
 modulo N: the workers' plan count keeps it leaking through restarts), ``slow_seed`` sleeps ``slow_ms`` longer at each
 step past its first 50 (its baseline), ``short_seed`` ends its episodes every ``episode_steps`` steps
-(the others never end theirs). A restart or recycle reseeds the worker: it is healthy again.
+(the others never end theirs), ``hang_seed`` never returns from its step ``hang_after + 1``. A restart or recycle
+reseeds the worker: it is healthy again.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from faulty import toy
 
 
 def unhealthy(*, seed, step_ms=2.0, leak_seed=None, leak_mb=4, leak_stride=None, slow_seed=None, slow_ms=0.2,
-              short_seed=None, episode_steps=5, **kwargs):
+              short_seed=None, episode_steps=5, hang_seed=None, hang_after=0, **kwargs):
     env = toy(seed=seed, **kwargs)
     step, held, steps = env._step, [], [0]
     leaks = seed == leak_seed or (leak_stride and leak_seed is not None and seed % leak_stride == leak_seed)
@@ -22,6 +23,8 @@ def unhealthy(*, seed, step_ms=2.0, leak_seed=None, leak_mb=4, leak_stride=None,
         steps[0] += 1
         if leaks:
             held.append(b"\x01" * (leak_mb << 20))  # written: resident
+        if seed == hang_seed and steps[0] > hang_after:
+            time.sleep(3600)
         slower = slow_ms * max(steps[0] - 50, 0) if seed == slow_seed else 0.0
         time.sleep((step_ms + slower) / 1000)
         out = step(tensordict)

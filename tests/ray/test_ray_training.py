@@ -88,12 +88,16 @@ def training(cluster, tmp_path_factory):
     """The shared run: its events, its summary, and the node run directories as they stood once it was ready."""
     tmp = tmp_path_factory.mktemp("ray-training")
     proc = start_trainer(tmp, cluster.address, "train", "--record-actions")
-    events, seen = [], {}
+    events, seen, top = [], {}, None
     try:
         for event in events_of(proc.stdout):
             events.append(event)
             if event["event"] == "ready":
                 seen = {d: sorted(str(p.relative_to(d)) for p in Path(d).rglob("*.json")) for d in node_dirs(event["run_dir"])}
+            if event["event"] == "batch" and top is None:  # a live view, from another process, of the running topology
+                top = subprocess.run([sys.executable, "-m", "topo", "top", str(tmp / "train"), "--once", "--format",
+                                      "json"], capture_output=True, text=True, env={**ENV, "PYTHONPATH": str(ROOT)},
+                                     timeout=HANG_GUARD_S)
         proc.wait(HANG_GUARD_S)
     finally:
         if proc.poll() is None:
@@ -101,7 +105,8 @@ def training(cluster, tmp_path_factory):
     stderr = proc.stderr.read()
     assert proc.returncode == 0, stderr
     (after,) = [e for e in events if e["event"] == "after"]
-    return {"events": events, "summary": after["report"], "node_dirs": seen, "stderr": stderr, "ended": time.time()}
+    return {"events": events, "summary": after["report"], "node_dirs": seen, "stderr": stderr, "ended": time.time(),
+            "top": top}
 
 
 def test_every_batch_acts_with_the_weights_pushed_last(training):
@@ -124,6 +129,19 @@ def test_actors_run_on_the_nodes_the_plan_put_them(training):
     assert actors[0]["actual"]["node_id"] != actors[1]["actual"]["node_id"]
     assert [a["actual"]["pid"] for a in actors] == s["processes"]["subcollector_pids"]  # the actors said it themselves
     assert "actors, planned -> actual:" in training["stderr"] and "sub1: planned node_b 1 -> node" in training["stderr"]
+
+
+def test_topo_top_shows_the_workers_of_both_nodes_while_the_run_lives(training):
+    """``topo top --once`` from another process while the run collects: a row per worker, each naming the node
+    its actor runs on (both nodes share this host: the node id tells them apart)."""
+    top = training["top"]
+    assert top.returncode == 0, top.stderr
+    shown = json.loads(top.stdout)
+    assert shown["header"]["running"] and shown["header"]["workers"] == 4
+    nodes = [a["actual"]["node_id"][:12] for a in training["summary"]["actors"]]
+    assert [(r["subcollector"], r["worker"], r["node"]) for r in shown["rows"]] == [
+        (0, 0, nodes[0]), (0, 1, nodes[0]), (1, 0, nodes[1]), (1, 1, nodes[1])]
+    assert all(r["state"] in ("ready", "stepping") for r in shown["rows"]), shown["rows"]
 
 
 def test_records_of_both_nodes_reach_the_report_without_a_shared_directory(training):

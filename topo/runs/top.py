@@ -26,7 +26,7 @@ SORTS = {"row": lambda r: (r["global_index"] or 0,), "subcollector": lambda r: (
          "state": lambda r: (STATES.index(r["state"]), r["global_index"] or 0),
          "rate": lambda r: (r["step_rate"] is None, r["step_rate"] or 0.0),
          "age": lambda r: (-(r["heartbeat_age_s"] or 0.0),), "rss": lambda r: (-(r["rss_mb"] or 0.0),)}
-COLUMNS = (("row", "global_index"), ("sub", "subcollector"), ("w", "worker"), ("task", "task_id"),
+COLUMNS = (("row", "global_index"), ("sub", "subcollector"), ("w", "worker"), ("node", "node"), ("task", "task_id"),
            ("instruction", "instruction"), ("state", "state"), ("episode", "episode"), ("ep.steps", "episode_steps"),
            ("steps/s", "step_rate"), ("beat", "heartbeat_age_s"), ("rss MB", "rss_mb"), ("drift", "drift"),
            ("restarts", "restarts"), ("recycles", "recycles"), ("version", "policy_version"))

@@ -220,7 +220,8 @@ def _row(snap: Snapshot, row: dict, c: int, w: int, k: int, markers: dict, slot:
     in_flight = life.open if life else None
     return {"subcollector": c, "worker": w, "global_index": row.get("global_index"), "task_id": row.get("task_id"),
             "instruction": row.get("instruction"), "restart": k, "state": state, "pid": pid,
-            "host": started.get("host") if started else None, "steps": steps,
+            "host": started.get("host") if started else None,
+            "node": (started.get("node") or started.get("host")) if started else None, "steps": steps,
             "episode": in_flight, "episode_steps": max(steps - life.ended_steps, 0) if life and in_flight else None,
             "episodes": life.episodes if life else 0, "resets": resets,
             "heartbeat_age_s": round(snap.at - last, 3) if last else None,

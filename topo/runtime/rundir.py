@@ -27,6 +27,7 @@ RUN_DIR_VAR = "TOPO_RUN_DIR"
 SLOTS_VAR = "TOPO_MAX_CONCURRENT_STARTS"
 RESTART_VAR = "TOPO_RESTART"  # set in the processes of a restarted subcollector: its restart number
 HOST = socket.gethostname()  # a pid means something only on the host that wrote it (Ray nodes)
+NODE_VAR = "TOPO_NODE"  # in a Ray actor's processes: its node id, cut to 12 characters (two nodes may share a host)
 
 
 class RunDir:
@@ -52,8 +53,8 @@ class RunDir:
 
     def put(self, folder: str, name: str, **fields: Any) -> None:
         """Atomically replace ``folder/name.json`` with ``{name, pid, host, time, restart, **fields}``."""
-        self._dump(folder, f"{name}.json", {"name": name, "pid": os.getpid(), "host": HOST, "time": time.time(),
-                                                "restart": restart_number(), **fields})
+        self._dump(folder, f"{name}.json", {"name": name, "pid": os.getpid(), "host": HOST, **_node(),
+                                                "time": time.time(), "restart": restart_number(), **fields})
 
     def _dump(self, folder: str, file: str, record: dict) -> None:
         where = os.path.join(self.path, folder)
@@ -138,9 +139,15 @@ def start_eval_round(run: RunDir, number: int) -> None:
 
 
 def record(name: str, **fields: Any) -> dict:
-    """This process's record ``name``: ``{name, pid, ppid, host, time, restart, **fields}``."""
-    return {"name": name, "pid": os.getpid(), "ppid": os.getppid(), "host": HOST, "time": time.time(),
+    """This process's record ``name``: ``{name, pid, ppid, host, [node,] time, restart, **fields}``."""
+    return {"name": name, "pid": os.getpid(), "ppid": os.getppid(), "host": HOST, **_node(), "time": time.time(),
             "restart": restart_number(), **fields}
+
+
+def _node() -> dict[str, str]:
+    """``{"node": id}`` in a Ray actor's processes (:data:`NODE_VAR`), else nothing."""
+    node = os.environ.get(NODE_VAR)
+    return {"node": node} if node else {}
 
 
 def restart_number() -> int:

@@ -27,7 +27,7 @@ from typing import Any
 from torchrl.collectors import Collector
 
 from topo.runtime import heartbeat
-from topo.runtime.rundir import RESTART_VAR, RUN_DIR_VAR, RunDir, start_eval_round
+from topo.runtime.rundir import NODE_VAR, RESTART_VAR, RUN_DIR_VAR, RunDir, start_eval_round
 from topo.launch import boundary
 from topo.launch.ray import placement as ray_placement
 from topo.launch.ray.records import NODE_RUNS, appended, records_dir
@@ -71,6 +71,7 @@ class NodeCollector(Collector):
         self._topo_where = (topo_records["subcollector"], topo_records.get("restart", 0))
         self._topo_run_dir = records_dir(topo_records, self._topo_node_id, socket.gethostname())
         os.environ[RUN_DIR_VAR] = self._topo_run_dir  # the policy and env factories below, and the env workers, write here
+        os.environ[NODE_VAR] = self._topo_node_id[:12]  # their records name this node (topo top's node column)
         if topo_records.get("restart"):
             os.environ[RESTART_VAR] = str(topo_records["restart"])
         super().__init__(*args, **kwargs)
