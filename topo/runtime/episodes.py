@@ -166,19 +166,14 @@ class Episodes:
         self.run_dir = find_run(os.fspath(run))
         self.plan = _plan(self.run_dir)
         self.blobs: dict[str, str] = {}
+        self._rows: dict[tuple[bool, int], dict[str, Any]] | None = None
         self._episodes: dict[EpisodeId, Episode] = {}
-        evaluations = os.path.join(self.run_dir, "eval", "collector")
-        folders = [os.path.join(self.run_dir, FOLDER)] + sorted(
-            os.path.join(evaluations, name, FOLDER) for name in (os.listdir(evaluations) if os.path.isdir(evaluations)
-                                                                 else []) if name.startswith("topo-run-"))
-        for folder in folders:
-            names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-            for name in names:
-                if name.endswith(".jsonl") and not name.startswith("versions."):
-                    self._read_life(os.path.join(folder, name))
-            for name in names:
-                if name.startswith("versions."):
-                    self._read_versions(os.path.join(folder, name))
+        for folder in record_folders(self.run_dir):
+            lives, versions = record_files(folder)
+            for path in lives:
+                self._read_life(path)
+            for path in versions:
+                self._read_versions(path)
 
     def __iter__(self) -> Iterator[Episode]:
         return iter(sorted(self._episodes.values(), key=lambda e: (e.id.eval, e.start.get("time") or 0.0, int(e.id))))
@@ -253,12 +248,7 @@ class Episodes:
 
     def _read_versions(self, path: str) -> None:
         for line, record in _lines(path):
-            pairs = record.get("pairs", []) if isinstance(record, dict) else None
-            if not (isinstance(pairs, list) and all(
-                    isinstance(p, list) and len(p) == 3 and _int(p[0]) and (p[1] is None or _int(p[1]))
-                    and _int(p[2]) for p in pairs)):
-                raise RecordError(path, "not a record of policy versions ({pairs: [[episode, version, steps]]})",
-                                  line=line, hint=RECORD_HINT)
+            pairs = version_pairs(record, path, line)
             for value, version, steps in pairs:
                 try:
                     episode = self._episodes.get(EpisodeId.of(value))
@@ -268,18 +258,52 @@ class Episodes:
                     episode.versions[version] = episode.versions.get(version, 0) + steps
 
     def _row(self, key: EpisodeId) -> dict[str, Any]:
-        if self.plan is None:
-            return {}
-        # an eval run's own plan has its eval rows as subcollectors; a training plan has them under "eval"
-        try:
-            subs = self.plan["subcollectors"]
-            if key.eval and self.plan.get("eval"):
-                subs = self.plan["eval"]["subcollectors"]
-            rows = [row for sub in subs for row in sub["workers"]]
-            return next((row for row in rows if row.get("global_index") == key.row), {})
-        except (KeyError, TypeError, AttributeError) as err:
-            raise RecordError(os.path.join(self.run_dir, "launch.json"), f"its plan is not a topo plan "
-                              f"({type(err).__name__}: {err})", hint=RECORD_HINT) from None
+        if self._rows is None:
+            self._rows = plan_rows(self.plan, self.run_dir)
+        return self._rows.get((key.eval, key.row), {})
+
+
+def record_folders(run_dir: str) -> list[str]:
+    """The episodes folders of a run: its own, then its eval run's (``eval/collector/topo-run-*``), in order."""
+    evaluations = os.path.join(run_dir, "eval", "collector")
+    return [os.path.join(run_dir, FOLDER)] + sorted(
+        os.path.join(evaluations, name, FOLDER) for name in (os.listdir(evaluations) if os.path.isdir(evaluations)
+                                                             else []) if name.startswith("topo-run-"))
+
+
+def record_files(folder: str) -> tuple[list[str], list[str]]:
+    """(worker lives' records, policy versions' records) of an episodes folder, each sorted by name."""
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    return ([os.path.join(folder, n) for n in names if n.endswith(".jsonl") and not n.startswith("versions.")],
+            [os.path.join(folder, n) for n in names if n.startswith("versions.") and n.endswith(".jsonl")])
+
+
+def plan_rows(plan: dict[str, Any] | None, run_dir: str) -> dict[tuple[bool, int], dict[str, Any]]:
+    """``(eval, global_index) -> row`` of a plan (the first row of an index): an eval run's own plan has its eval rows
+    as subcollectors, a training plan has them under ``eval``."""
+    if plan is None:
+        return {}
+    out: dict[tuple[bool, int], dict[str, Any]] = {}
+    try:
+        for is_eval in (False, True):
+            subs = plan["eval"]["subcollectors"] if is_eval and plan.get("eval") else plan["subcollectors"]
+            for row in (row for sub in subs for row in sub["workers"]):
+                out.setdefault((is_eval, row.get("global_index")), row)
+    except (KeyError, TypeError, AttributeError) as err:
+        raise RecordError(os.path.join(run_dir, "launch.json"), f"its plan is not a topo plan "
+                          f"({type(err).__name__}: {err})", hint=RECORD_HINT) from None
+    return out
+
+
+def version_pairs(record: Any, path: str, line: int) -> list:
+    """A versions record's ``[[episode, version, steps]]``; a record of another shape is a located RecordError."""
+    pairs = record.get("pairs", []) if isinstance(record, dict) else None
+    if not (isinstance(pairs, list) and all(
+            isinstance(p, list) and len(p) == 3 and _int(p[0]) and (p[1] is None or _int(p[1]))
+            and _int(p[2]) for p in pairs)):
+        raise RecordError(path, "not a record of policy versions ({pairs: [[episode, version, steps]]})",
+                          line=line, hint=RECORD_HINT)
+    return pairs
 
 
 RECORD_HINT = "topo reads the records a run of this topo wrote, as it wrote them; keep or copy a run directory whole"
