@@ -18,6 +18,7 @@ import json
 import os
 import random
 import time
+import zlib
 from typing import Any
 
 import numpy as np
@@ -68,7 +69,7 @@ class LifeWriter:
             self._last[name] = (value, key)
             if key not in self._stored:
                 self._stored.add(key)
-                new[key] = base64.b64encode(blob).decode()
+                new[key] = base64.b64encode(compressed(blob)).decode()
         return refs, new, skipped
 
     def write(self, record: dict[str, Any]) -> None:
@@ -232,6 +233,13 @@ def seed_state(env: Any, names: dict | None = None) -> dict[str, Any]:
     :func:`state_names` of ``env``, found once). :func:`encode` makes each part bytes."""
     return {"torch": torch.get_rng_state().numpy(), "numpy": np.random.get_state(), "random": random.getstate(),
             "env": env_state(env, names=names)}
+
+
+def compressed(blob: bytes) -> bytes:
+    """A blob as a record holds it: its zlib stream where that is shorter (a torch generator's state is half zeros),
+    else itself (:func:`topo.runtime.episodes.blob_bytes` reads both)."""
+    packed = zlib.compress(blob, 6)
+    return packed if len(packed) < len(blob) else blob
 
 
 def encode(name: str, value: Any) -> bytes:

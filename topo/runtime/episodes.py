@@ -10,8 +10,8 @@ JSON line per event in ``episodes/<life>.jsonl`` (``<life>``: ``w5.r0``, ``eval-
 
 - ``start``: the id, when, the seed the worker was given, the init state and group id the env reports,
   and the seed state at the reset: the global RNGs (torch, numpy, random) and the env's own state, each
-  plain data (:mod:`topo.envs.seed_codec`, never a pickle) stored once as a blob and referred to by its
-  digest when it recurs (``blobs``; a part that is no plain data is left out and named in ``unrecorded``);
+  plain data (:mod:`topo.envs.seed_codec`, never a pickle) stored once as a blob (base64, of its zlib stream
+  where that is shorter: :func:`blob_bytes`) and referred to by its digest when it recurs (``blobs``; a part that is no plain data is left out and named in ``unrecorded``);
 - ``end``: steps, return, success, how it ended, and with ``launch.record_actions`` where its actions
   and per-step observation digests lie in ``<life>.steps`` (offset, length: an ``.npz``).
 
@@ -26,9 +26,11 @@ naming the file and line; only a last line cut short (a worker killed mid-write)
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -306,8 +308,25 @@ def version_pairs(record: Any, path: str, line: int) -> list:
     return pairs
 
 
+ZLIB = b"x"  # a blob's first byte when it is a zlib stream (the bytes of a seed state begin with "topo.state")
 RECORD_HINT = "topo reads the records a run of this topo wrote, as it wrote them; keep or copy a run directory whole"
 _EVENTS = ("start", "steps", "end")
+
+
+def blob_bytes(text: str) -> bytes:
+    """A seed-state blob from its record text: base64 of its bytes, or of their zlib stream (:data:`ZLIB`), inflated
+    to at most :data:`~topo.compiler.limits.MAX_RECORD_BYTES`. ValueError says what it is instead."""
+    raw = base64.b64decode(text, validate=True)
+    if raw[:1] != ZLIB:
+        return raw
+    inflate = zlib.decompressobj()
+    try:
+        out = inflate.decompress(raw, MAX_RECORD_BYTES)
+    except zlib.error as err:
+        raise ValueError(f"not a zlib stream ({err})") from None
+    if not inflate.eof or inflate.unconsumed_tail:
+        raise ValueError(f"a zlib stream cut short, or of more than {count(MAX_RECORD_BYTES)} bytes")
+    return out
 
 
 def _int(value: Any) -> bool:
