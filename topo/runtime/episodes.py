@@ -40,6 +40,7 @@ from topo.compiler.limits import MAX_PLAN_BYTES, MAX_RECORD_BYTES, MAX_STEPS_BYT
 KEY = "topo_episode"  # the batch key
 FOLDER = "episodes"
 RECORD_VAR = "TOPO_RECORD"  # in a run's processes: "episodes" (the default), "actions" (record_actions) or "off"
+RETAIN_VAR = "TOPO_RETAIN_EPISODES"  # in a run's processes: launch.retain_episodes ("": every episode is kept)
 EVAL_BIT = 1 << 62
 ROW_SHIFT, ROW_BITS = 42, 20  # a plan row's global_index: up to 1,048,575
 LIFE_SHIFT, LIFE_BITS = 28, 14  # a restart number: up to 16,383
