@@ -41,6 +41,7 @@ FAST = (
     "tests/launch/test_time_breakdown_units.py",
     "tests/launch/test_evaluation_units.py",
     "tests/launch/test_provenance_units.py",
+    "tests/launch/test_records_units.py",
     "tests/launch/test_reproducible_units.py",
     "tests/launch/test_hostile_files.py::test_the_recorded_run_replays_bit_for_bit",
     "tests/launch/test_hostile_files.py::test_a_hostile_run_file_is_refused",

@@ -8,7 +8,7 @@ import traceback
 
 from topo.runtime import gl, heartbeat
 from topo.runtime.builder import import_builder
-from topo.runtime.episodes import RECORD_VAR
+from topo.runtime.episodes import RECORD_VAR, RETAIN_VAR
 from topo.runtime.rundir import RunDir, eval_round, record_close, restart_number
 from topo import seeding
 
@@ -54,7 +54,8 @@ def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: in
     if "global_index" in where and record != "off":
         from topo.envs.recording import wrap
 
-        instance = wrap(instance, run.path, where, seed, restart_number(), record == "actions")
+        keep = os.environ.get(RETAIN_VAR)
+        instance = wrap(instance, run.path, where, seed, restart_number(), record == "actions", int(keep) if keep else None)
     record_close(instance, run, where)
     heartbeat.watch(instance, run, where)
     return instance

@@ -75,6 +75,7 @@ FILLED = {
     "launch.on_stall": lambda s: s.on_stall,
     "launch.provenance": lambda s: s.provenance,
     "launch.record_actions": lambda s: s.record_actions,
+    "launch.retain_episodes": lambda s: s.retain_episodes,
     "launch.recycle.max_rss_gb": lambda s: s.recycle.max_rss_gb,
     "launch.recycle.max_latency_drift": lambda s: s.recycle.max_latency_drift,
     "launch.recycle.max_episodes": lambda s: s.recycle.max_episodes,

@@ -57,18 +57,18 @@ def test_pulled_files_land_at_their_place_in_the_run_directory_and_never_outside
     run = tmp_path / "run"
     run.mkdir()
     known = {}
-    n = write_files(str(run), [("markers/started.1.ab.json", 5, 2, b"{}", 0), ("beats/sub1.r0.bin", 6, 8, b"\0" * 8, 0),
-                               ("../escaped.json", 7, 2, b"{}", 0)], known)
-    assert n == 2 and known == {"markers/started.1.ab.json": (5, 2), "beats/sub1.r0.bin": (6, 8)}
+    n = write_files(str(run), [("markers/started.1.ab.json", 5, 2, b"{}", 0, 1),
+                               ("beats/sub1.r0.bin", 6, 8, b"\0" * 8, 0, 2), ("../escaped.json", 7, 2, b"{}", 0, 3)], known)
+    assert n == 2 and known == {"markers/started.1.ab.json": (5, 2, 1), "beats/sub1.r0.bin": (6, 8, 2)}
     assert (run / "markers/started.1.ab.json").read_bytes() == b"{}" and (run / "beats/sub1.r0.bin").stat().st_size == 8
     assert not (tmp_path / "escaped.json").exists()
     assert not [p for p in run.rglob("*.tmp")]
     # an episode file grows: its new bytes are appended; one that does not line up is forgotten, then sent whole
     life = "episodes/w3.r0.jsonl"
-    assert write_files(str(run), [(life, 8, 6, b'{"a":1', 0)], known) == 1
-    assert write_files(str(run), [(life, 9, 10, b'}\n{}', 6)], known) == 1 and known[life] == (9, 10)
+    assert write_files(str(run), [(life, 8, 6, b'{"a":1', 0, 4)], known) == 1
+    assert write_files(str(run), [(life, 9, 10, b'}\n{}', 6, 4)], known) == 1 and known[life] == (9, 10, 4)
     assert (run / life).read_bytes() == b'{"a":1}\n{}'
-    assert write_files(str(run), [(life, 10, 14, b"\n{}\n", 12)], known) == 0 and life not in known
+    assert write_files(str(run), [(life, 10, 14, b"\n{}\n", 12, 4)], known) == 0 and life not in known
 
 
 def test_a_node_sends_an_episode_file_s_new_bytes_only(tmp_path, monkeypatch):
@@ -79,13 +79,19 @@ def test_a_node_sends_an_episode_file_s_new_bytes_only(tmp_path, monkeypatch):
     (tmp_path / "episodes").mkdir()
     (tmp_path / "episodes" / "w0.r0.jsonl").write_bytes(b"0123456789")
     (tmp_path / "observed.json").write_bytes(b"{}")
-    first = {rel: (content, offset) for rel, _, _, content, offset in node.topo_files({})}
+    life = tmp_path / "episodes" / "w0.r0.jsonl"
+    first = {rel: (content, offset) for rel, _, _, content, offset, _ in node.topo_files({})}
     assert first == {"episodes/w0.r0.jsonl": (b"0123456789", 0), "observed.json": (b"{}", 0)}
-    with open(tmp_path / "episodes" / "w0.r0.jsonl", "ab") as f:
+    with open(life, "ab") as f:
         f.write(b"abc")
-    known = {"episodes/w0.r0.jsonl": (1, 10), "observed.json": (2, 3)}
-    again = {rel: (content, offset) for rel, _, _, content, offset in node.topo_files(known)}
+    known = {"episodes/w0.r0.jsonl": (1, 10, life.stat().st_ino), "observed.json": (2, 3, 0)}
+    again = {rel: (content, offset) for rel, _, _, content, offset, _ in node.topo_files(known)}
     assert again == {"episodes/w0.r0.jsonl": (b"abc", 10), "observed.json": (b"{}", 0)}
+    # retention rewrote it (another file under the same name), now longer than the trainer's copy: sent whole
+    (tmp_path / "episodes" / "new").write_bytes(b"retained-0123456789")
+    os.replace(tmp_path / "episodes" / "new", life)
+    again = {rel: (content, offset) for rel, _, _, content, offset, _ in node.topo_files(known)}
+    assert again["episodes/w0.r0.jsonl"] == (b"retained-0123456789", 0)
 
 
 def spec(tmp_path, **placement) -> str:

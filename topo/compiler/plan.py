@@ -93,6 +93,7 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
             "preload": preload_modules(backend.builder) if spec.start_workers == "forkserver" and spec.preload else None,
             **({"provenance": False} if not spec.provenance else {}),
             **({"record_actions": True} if spec.record_actions else {}),
+            **({"retain_episodes": spec.retain_episodes} if spec.retain_episodes else {}),
         },
         "groups": {
             "size": spec.groups.size, "candidate_size": spec.groups.candidate_size,

@@ -165,6 +165,7 @@ class Spec:
     on_stall: str  # "warn" (name it on stderr) or "fail" (end the run with it)
     provenance: bool  # every step carries its episode id; each episode recorded in the run directory
     record_actions: bool  # env workers keep each episode's actions and step digests (topo replay)
+    retain_episodes: int | None  # each worker life's records keep its last N episodes (None: all)
     recycle: Recycle | None  # health budgets checked between batches (None: no recycle section)
     metadata_from_workers: bool
     use_buffers: bool
@@ -276,6 +277,7 @@ def from_data(data: Mapping[str, Any]) -> Spec:
         on_stall=launch.get("on_stall", "warn"),
         provenance=bool(launch.get("provenance", True)),
         record_actions=bool(launch.get("record_actions", False)),
+        retain_episodes=launch.get("retain_episodes"),
         recycle=Recycle(**launch["recycle"]) if isinstance(launch.get("recycle"), dict) else None,
         metadata_from_workers=launch.get("metadata_from_workers", True),
         use_buffers=launch.get("use_buffers", False),

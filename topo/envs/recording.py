@@ -18,6 +18,7 @@ import json
 import os
 import random
 import time
+import zlib
 from typing import Any
 
 import numpy as np
@@ -38,11 +39,17 @@ _GENERIC_MODULES = ("builtins", "torchrl.envs.common", "torch.nn.modules.module"
 
 
 class LifeWriter:
-    """Appends one worker life's records (``episodes/<life>.jsonl``) and step files (``<life>.steps``)."""
+    """Appends one worker life's records (``episodes/<life>.jsonl``) and step files (``<life>.steps``).
 
-    def __init__(self, run_dir: str, life: str):
+    ``keep`` (``launch.retain_episodes``): once the file holds ``2 * keep`` episodes, it is rewritten with the last
+    ``keep`` (:meth:`compact`, after an episode's end), and again when the life closes: a life's records hold between
+    ``keep`` and ``2 * keep`` episodes while it runs, ``keep`` after it closed."""
+
+    def __init__(self, run_dir: str, life: str, keep: int | None = None):
         self.records = life_file(run_dir, life)
         self.steps = life_file(run_dir, life, ".steps")
+        self.keep = keep
+        self.held = 0  # episodes started in the records file
         os.makedirs(os.path.dirname(self.records), exist_ok=True)
         self._stored: set[str] = set()  # blobs already written to this life's file
         self._last: dict[str, tuple[Any, str]] = {}  # each seed-state part at the last reset, and its digest
@@ -68,7 +75,7 @@ class LifeWriter:
             self._last[name] = (value, key)
             if key not in self._stored:
                 self._stored.add(key)
-                new[key] = base64.b64encode(blob).decode()
+                new[key] = base64.b64encode(compressed(blob)).decode()
         return refs, new, skipped
 
     def write(self, record: dict[str, Any]) -> None:
@@ -76,6 +83,49 @@ class LifeWriter:
         if self._records is None:
             self._records = open(self.records, "a", buffering=1)
         self._records.write(json.dumps(record) + "\n")
+        self.held += record["event"] == "start"
+        if record["event"] == "end" and self.keep is not None and self.held >= 2 * self.keep:
+            self.compact()
+
+    def compact(self) -> None:
+        """Rewrite the records (and steps) file with the last ``keep`` episodes only, each file atomically (steps
+        first): a seed-state blob a kept start refers to moves to the first kept start that needs it, a kept chunk of
+        steps to its new offset. Called between episodes."""
+        if self.keep is None or self.held <= self.keep:
+            return
+        self.close()
+        with open(self.records, "rb") as f:
+            records = [json.loads(line) for line in f]
+        starts = [i for i, r in enumerate(records) if r["event"] == "start"]
+        dropped, kept = records[:starts[-self.keep]], records[starts[-self.keep]:]
+        pool = {key: text for r in dropped for key, text in (r.get("blobs") or {}).items()}
+        held: set[str] = set()
+        for r in kept:
+            if r["event"] == "start":
+                moved = {ref: pool[ref] for ref in r["state"].values() if ref in pool and ref not in held}
+                if moved:
+                    r["blobs"] = {**moved, **(r.get("blobs") or {})}
+                held.update(r.get("blobs") or {})
+        if any(r["event"] == "steps" for r in kept):
+            with open(self.steps, "rb") as f, open(self.steps + ".tmp", "wb") as g:
+                for r in kept:
+                    if r["event"] == "steps":
+                        f.seek(r["at"][0])
+                        r["at"] = [g.tell(), r["at"][1]]
+                        g.write(f.read(r["at"][1]))
+            os.replace(self.steps + ".tmp", self.steps)
+        elif os.path.exists(self.steps):
+            os.unlink(self.steps)
+        with open(self.records + ".tmp", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in kept)
+        os.replace(self.records + ".tmp", self.records)
+        self._stored, self.held = held, self.keep
+
+    def close(self) -> None:
+        for f in (self._records, self._steps):
+            if f is not None:
+                f.close()
+        self._records = self._steps = None
 
     def append_steps(self, blob: bytes) -> tuple[int, int]:
         """Append ``blob`` to the steps file: its (offset, length)."""
@@ -206,17 +256,20 @@ class EpisodeLog:
                            "steps": self._steps, "return": self._return, "how": how, "success": self._success})
 
 
-def wrap(env: EnvBase, run_dir: str, worker: dict, seed: int | None, restart: int, actions: bool) -> EnvBase:
-    """``env`` with its episodes recorded in ``run_dir`` under this worker life (``close`` ends the open one)."""
+def wrap(env: EnvBase, run_dir: str, worker: dict, seed: int | None, restart: int, actions: bool,
+         keep: int | None = None) -> EnvBase:
+    """``env`` with its episodes recorded in ``run_dir`` under this worker life (``close`` ends the open one);
+    ``keep``: only the last ``keep`` episodes' records are kept (:class:`LifeWriter`)."""
     is_eval = worker.get("role") == "eval"
     key = EpisodeId(worker["global_index"], restart, 0, eval=is_eval)
-    log = EpisodeLog(LifeWriter(run_dir, key.life), row=key.row, restart=restart, seed=seed, eval=is_eval,
+    log = EpisodeLog(LifeWriter(run_dir, key.life, keep), row=key.row, restart=restart, seed=seed, eval=is_eval,
                      actions=actions)
     log.install(env)
     close = env.close
 
     def closing(*args: Any, **kwargs: Any) -> Any:
         log.finish("closed")
+        log.writer.compact()
         env.__dict__.pop("close", None)  # once; later calls (``__del__``) go to the class
         return close(*args, **kwargs)
 
@@ -232,6 +285,13 @@ def seed_state(env: Any, names: dict | None = None) -> dict[str, Any]:
     :func:`state_names` of ``env``, found once). :func:`encode` makes each part bytes."""
     return {"torch": torch.get_rng_state().numpy(), "numpy": np.random.get_state(), "random": random.getstate(),
             "env": env_state(env, names=names)}
+
+
+def compressed(blob: bytes) -> bytes:
+    """A blob as a record holds it: its zlib stream where that is shorter (a torch generator's state is half zeros),
+    else itself (:func:`topo.runtime.episodes.blob_bytes` reads both)."""
+    packed = zlib.compress(blob, 6)
+    return packed if len(packed) < len(blob) else blob
 
 
 def encode(name: str, value: Any) -> bytes:

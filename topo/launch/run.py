@@ -172,7 +172,8 @@ class Run:
         """The launch window of a start (``restart`` 0: the first): what its processes inherit (:mod:`.trainer`)."""
         return trainer.launch_window(self.state.run.path, max_concurrent_starts=self.life.max_concurrent_starts,
                                      process_logs=self.options.process_logs, restart=restart,
-                                     record=saved.recording(self.plan))
+                                     record=saved.recording(self.plan),
+                                     retain=self.plan["launch"].get("retain_episodes"))
 
     def close(self, exc: BaseException | None = None) -> BaseException | None:
         """Tear the run down. ``exc`` is what ended it, if anything; returns what the caller should raise

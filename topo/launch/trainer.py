@@ -17,7 +17,7 @@ import threading
 from typing import Callable, Iterator
 
 from topo.runtime import gl
-from topo.runtime.episodes import RECORD_VAR
+from topo.runtime.episodes import RECORD_VAR, RETAIN_VAR
 from topo.runtime.rundir import RESTART_VAR, RUN_DIR_VAR, SLOTS_VAR
 
 TRAINER_VAR = "TOPO_TRAINER_PID"
@@ -75,11 +75,11 @@ class TrainerState:
 
 @contextlib.contextmanager
 def launch_window(run_path: str, *, max_concurrent_starts: int | None = None, process_logs: bool = False,
-                  restart: int = 0, record: str = "episodes") -> Iterator[None]:
+                  restart: int = 0, record: str = "episodes", retain: int | None = None) -> Iterator[None]:
     """What the processes started now inherit: the run directory, start slots, the restart number of a
-    subcollector started again, what env workers record (episodes, also their actions, or nothing), GL held off (:mod:`topo.runtime.gl`),
+    subcollector started again, what env workers record (episodes, also their actions, or nothing) and keep (``retain``), GL held off (:mod:`topo.runtime.gl`),
     this process's output as ``processes.log``."""
-    values = {RUN_DIR_VAR: run_path, TRAINER_VAR: str(os.getpid()), RECORD_VAR: record}
+    values = {RUN_DIR_VAR: run_path, TRAINER_VAR: str(os.getpid()), RECORD_VAR: record, RETAIN_VAR: str(retain or "")}
     if max_concurrent_starts:
         values[SLOTS_VAR] = str(max_concurrent_starts)
     if restart:

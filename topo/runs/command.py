@@ -2,7 +2,7 @@
 its timeline (:mod:`topo.runs.trace`), and one episode again.
 
 ``RUN`` is a run directory (``topo-run-*``) or the report directory holding it (``--report DIR``:
-the latest run there). ``runs show`` reads the records (:class:`topo.runtime.episodes.Episodes`, no torch);
+the latest run there). ``runs show`` reads the records through their index (:class:`topo.runtime.episode_index.Index`, no torch);
 ``replay`` rebuilds the env (:func:`topo.runs.replay.replay`) and exits 1 when the replay differs.
 """
 from __future__ import annotations
@@ -13,7 +13,8 @@ import sys
 
 import click
 
-from topo.runtime.episodes import Episode, Episodes, find_run
+from topo.runtime.episode_index import Index
+from topo.runtime.episodes import Episode, find_run
 from topo.errors import UsageError
 
 COLUMNS = ("id", "subcollector", "worker", "task_id", "init_state", "group_id", "seed", "steps", "return", "success",
@@ -47,14 +48,13 @@ def show(run, episode, task, worker, subcollector, version, min_return, max_retu
         found = _one(episodes, episode)
         click.echo(json.dumps(_detail(found), indent=1))
         return
-    chosen = episodes.select(task=task, worker=worker, subcollector=subcollector, version=version,
-                             min_return=min_return, max_return=max_return, success=success)
-    total = len(chosen)
-    chosen = chosen[:limit] if limit is not None else chosen
+    recorded, total, chosen = episodes.select(task=task, worker=worker, subcollector=subcollector, version=version,
+                                              min_return=min_return, max_return=max_return, success=success,
+                                              limit=limit)
     if fmt == "json":
         click.echo(json.dumps([e.summary() for e in chosen], indent=1))
         return
-    click.echo(f"run {episodes.run_dir}: {len(episodes)} episodes recorded, {total} match"
+    click.echo(f"run {episodes.run_dir}: {recorded} episodes recorded, {total} match"
                + (f", first {len(chosen)} shown" if len(chosen) < total else ""))
     if chosen:
         click.echo(table([e.summary() for e in chosen]))
@@ -103,14 +103,14 @@ def replay(run, episode, video, actions_file, fmt):
     sys.exit(0 if result.identical else 1)
 
 
-def _episodes(run: str) -> Episodes:
+def _episodes(run: str) -> Index:
     try:
-        return Episodes(find_run(run))
+        return Index(find_run(run))
     except FileNotFoundError as err:
         raise UsageError(str(err)) from None
 
 
-def _one(episodes: Episodes, episode: str) -> Episode:
+def _one(episodes: Index, episode: str) -> Episode:
     try:
         return episodes.get(episode)
     except (KeyError, ValueError) as err:

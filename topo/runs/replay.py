@@ -11,7 +11,6 @@ strip or an animated GIF.
 """
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import os
@@ -21,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from topo.runtime.episodes import Episode, Episodes, find_run, joined
+from topo.runtime.episodes import Episode, Episodes, blob_bytes, find_run, joined
 from topo.errors import RecordError, StalePlanError, UsageError
 from topo.launch.supervision.restarts import restart_rows
 from topo.compiler.planfile import check_compatible
@@ -167,12 +166,12 @@ def _seed_parts(found: Episode, episodes: Episodes) -> dict[str, bytes]:
     for name, ref in found.start["state"].items():
         text = episodes.blobs.get(ref)
         try:
-            blob = None if text is None else base64.b64decode(text, validate=True)
+            blob = None if text is None else blob_bytes(text)
         except (binascii.Error, ValueError):
             blob = None
         if blob is None:
             raise RecordError(_life_path(found), f"episode {found.id}: its {name} state refers to blob {ref}, which "
-                              "no record of its run holds as base64", hint=FOREIGN_HINT)
+                              "no record of its run holds as base64 (of a zlib stream)", hint=FOREIGN_HINT)
         if hashlib.blake2b(blob, digest_size=16).hexdigest() != ref:
             raise RecordError(_life_path(found), f"episode {found.id}: its {name} state's blob does not match its "
                               f"digest {ref}: it was changed after it was recorded", hint=FOREIGN_HINT)

@@ -10,8 +10,8 @@ JSON line per event in ``episodes/<life>.jsonl`` (``<life>``: ``w5.r0``, ``eval-
 
 - ``start``: the id, when, the seed the worker was given, the init state and group id the env reports,
   and the seed state at the reset: the global RNGs (torch, numpy, random) and the env's own state, each
-  plain data (:mod:`topo.envs.seed_codec`, never a pickle) stored once as a blob and referred to by its
-  digest when it recurs (``blobs``; a part that is no plain data is left out and named in ``unrecorded``);
+  plain data (:mod:`topo.envs.seed_codec`, never a pickle) stored once as a blob (base64, of its zlib stream
+  where that is shorter: :func:`blob_bytes`) and referred to by its digest when it recurs (``blobs``; a part that is no plain data is left out and named in ``unrecorded``);
 - ``end``: steps, return, success, how it ended, and with ``launch.record_actions`` where its actions
   and per-step observation digests lie in ``<life>.steps`` (offset, length: an ``.npz``).
 
@@ -26,9 +26,11 @@ naming the file and line; only a last line cut short (a worker killed mid-write)
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -38,6 +40,7 @@ from topo.compiler.limits import MAX_PLAN_BYTES, MAX_RECORD_BYTES, MAX_STEPS_BYT
 KEY = "topo_episode"  # the batch key
 FOLDER = "episodes"
 RECORD_VAR = "TOPO_RECORD"  # in a run's processes: "episodes" (the default), "actions" (record_actions) or "off"
+RETAIN_VAR = "TOPO_RETAIN_EPISODES"  # in a run's processes: launch.retain_episodes ("": every episode is kept)
 EVAL_BIT = 1 << 62
 ROW_SHIFT, ROW_BITS = 42, 20  # a plan row's global_index: up to 1,048,575
 LIFE_SHIFT, LIFE_BITS = 28, 14  # a restart number: up to 16,383
@@ -166,19 +169,14 @@ class Episodes:
         self.run_dir = find_run(os.fspath(run))
         self.plan = _plan(self.run_dir)
         self.blobs: dict[str, str] = {}
+        self._rows: dict[tuple[bool, int], dict[str, Any]] | None = None
         self._episodes: dict[EpisodeId, Episode] = {}
-        evaluations = os.path.join(self.run_dir, "eval", "collector")
-        folders = [os.path.join(self.run_dir, FOLDER)] + sorted(
-            os.path.join(evaluations, name, FOLDER) for name in (os.listdir(evaluations) if os.path.isdir(evaluations)
-                                                                 else []) if name.startswith("topo-run-"))
-        for folder in folders:
-            names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-            for name in names:
-                if name.endswith(".jsonl") and not name.startswith("versions."):
-                    self._read_life(os.path.join(folder, name))
-            for name in names:
-                if name.startswith("versions."):
-                    self._read_versions(os.path.join(folder, name))
+        for folder in record_folders(self.run_dir):
+            lives, versions = record_files(folder)
+            for path in lives:
+                self._read_life(path)
+            for path in versions:
+                self._read_versions(path)
 
     def __iter__(self) -> Iterator[Episode]:
         return iter(sorted(self._episodes.values(), key=lambda e: (e.id.eval, e.start.get("time") or 0.0, int(e.id))))
@@ -253,12 +251,7 @@ class Episodes:
 
     def _read_versions(self, path: str) -> None:
         for line, record in _lines(path):
-            pairs = record.get("pairs", []) if isinstance(record, dict) else None
-            if not (isinstance(pairs, list) and all(
-                    isinstance(p, list) and len(p) == 3 and _int(p[0]) and (p[1] is None or _int(p[1]))
-                    and _int(p[2]) for p in pairs)):
-                raise RecordError(path, "not a record of policy versions ({pairs: [[episode, version, steps]]})",
-                                  line=line, hint=RECORD_HINT)
+            pairs = version_pairs(record, path, line)
             for value, version, steps in pairs:
                 try:
                     episode = self._episodes.get(EpisodeId.of(value))
@@ -268,22 +261,73 @@ class Episodes:
                     episode.versions[version] = episode.versions.get(version, 0) + steps
 
     def _row(self, key: EpisodeId) -> dict[str, Any]:
-        if self.plan is None:
-            return {}
-        # an eval run's own plan has its eval rows as subcollectors; a training plan has them under "eval"
-        try:
-            subs = self.plan["subcollectors"]
-            if key.eval and self.plan.get("eval"):
-                subs = self.plan["eval"]["subcollectors"]
-            rows = [row for sub in subs for row in sub["workers"]]
-            return next((row for row in rows if row.get("global_index") == key.row), {})
-        except (KeyError, TypeError, AttributeError) as err:
-            raise RecordError(os.path.join(self.run_dir, "launch.json"), f"its plan is not a topo plan "
-                              f"({type(err).__name__}: {err})", hint=RECORD_HINT) from None
+        if self._rows is None:
+            self._rows = plan_rows(self.plan, self.run_dir)
+        return self._rows.get((key.eval, key.row), {})
 
 
+def record_folders(run_dir: str) -> list[str]:
+    """The episodes folders of a run: its own, then its eval run's (``eval/collector/topo-run-*``), in order."""
+    evaluations = os.path.join(run_dir, "eval", "collector")
+    return [os.path.join(run_dir, FOLDER)] + sorted(
+        os.path.join(evaluations, name, FOLDER) for name in (os.listdir(evaluations) if os.path.isdir(evaluations)
+                                                             else []) if name.startswith("topo-run-"))
+
+
+def record_files(folder: str) -> tuple[list[str], list[str]]:
+    """(worker lives' records, policy versions' records) of an episodes folder, each sorted by name."""
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    return ([os.path.join(folder, n) for n in names if n.endswith(".jsonl") and not n.startswith("versions.")],
+            [os.path.join(folder, n) for n in names if n.startswith("versions.") and n.endswith(".jsonl")])
+
+
+def plan_rows(plan: dict[str, Any] | None, run_dir: str) -> dict[tuple[bool, int], dict[str, Any]]:
+    """``(eval, global_index) -> row`` of a plan (the first row of an index): an eval run's own plan has its eval rows
+    as subcollectors, a training plan has them under ``eval``."""
+    if plan is None:
+        return {}
+    out: dict[tuple[bool, int], dict[str, Any]] = {}
+    try:
+        for is_eval in (False, True):
+            subs = plan["eval"]["subcollectors"] if is_eval and plan.get("eval") else plan["subcollectors"]
+            for row in (row for sub in subs for row in sub["workers"]):
+                out.setdefault((is_eval, row.get("global_index")), row)
+    except (KeyError, TypeError, AttributeError) as err:
+        raise RecordError(os.path.join(run_dir, "launch.json"), f"its plan is not a topo plan "
+                          f"({type(err).__name__}: {err})", hint=RECORD_HINT) from None
+    return out
+
+
+def version_pairs(record: Any, path: str, line: int) -> list:
+    """A versions record's ``[[episode, version, steps]]``; a record of another shape is a located RecordError."""
+    pairs = record.get("pairs", []) if isinstance(record, dict) else None
+    if not (isinstance(pairs, list) and all(
+            isinstance(p, list) and len(p) == 3 and _int(p[0]) and (p[1] is None or _int(p[1]))
+            and _int(p[2]) for p in pairs)):
+        raise RecordError(path, "not a record of policy versions ({pairs: [[episode, version, steps]]})",
+                          line=line, hint=RECORD_HINT)
+    return pairs
+
+
+ZLIB = b"x"  # a blob's first byte when it is a zlib stream (the bytes of a seed state begin with "topo.state")
 RECORD_HINT = "topo reads the records a run of this topo wrote, as it wrote them; keep or copy a run directory whole"
 _EVENTS = ("start", "steps", "end")
+
+
+def blob_bytes(text: str) -> bytes:
+    """A seed-state blob from its record text: base64 of its bytes, or of their zlib stream (:data:`ZLIB`), inflated
+    to at most :data:`~topo.compiler.limits.MAX_RECORD_BYTES`. ValueError says what it is instead."""
+    raw = base64.b64decode(text, validate=True)
+    if raw[:1] != ZLIB:
+        return raw
+    inflate = zlib.decompressobj()
+    try:
+        out = inflate.decompress(raw, MAX_RECORD_BYTES)
+    except zlib.error as err:
+        raise ValueError(f"not a zlib stream ({err})") from None
+    if not inflate.eof or inflate.unconsumed_tail:
+        raise ValueError(f"a zlib stream cut short, or of more than {count(MAX_RECORD_BYTES)} bytes")
+    return out
 
 
 def _int(value: Any) -> bool:

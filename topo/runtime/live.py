@@ -36,6 +36,8 @@ class Life:
     """What one worker life's episode file says so far (read from ``offset`` on)."""
 
     offset: int = 0
+    ino: int = 0  # the file's inode: another one (retention rewrote it) is read again from its start
+    last: int = -1  # the id of the last ended episode counted
     episodes: int = 0  # ended
     ended_steps: int = 0  # steps of the ended episodes
     open: str | None = None  # the episode in flight
@@ -118,7 +120,10 @@ class Reader:
         state = self._lives.setdefault(life, Life())
         path = os.path.join(self.run.path, EPISODES, life + ".jsonl")
         try:
-            if os.path.getsize(path) <= state.offset:
+            st = os.stat(path)
+            if st.st_ino != state.ino:
+                state.ino, state.offset = st.st_ino, 0
+            if st.st_size <= state.offset:
                 return state
             with open(path, "rb") as f:
                 f.seek(state.offset)
@@ -136,6 +141,9 @@ class Reader:
                     record = json.loads(line)
                 except ValueError:
                     continue
+                if not isinstance(record.get("id"), int) or record["id"] <= state.last:
+                    continue  # counted before the file was rewritten
+                state.last = record["id"]
                 state.episodes += 1
                 state.ended_steps += record.get("steps") or 0
                 state.open = state.open_at = last_start = None

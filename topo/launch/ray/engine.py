@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 from topo.runtime import gl
 from topo.errors import LaunchError
-from topo.runtime.episodes import RECORD_VAR
+from topo.runtime.episodes import RECORD_VAR, RETAIN_VAR
 from topo.runtime.rundir import RUN_DIR_VAR, SLOTS_VAR
 from topo.launch.supervision import failure as failures, processes, teardown
 from topo.launch.ray.placement import reason
@@ -56,7 +56,8 @@ def runtime_env(plan: dict[str, Any]) -> dict[str, Any]:
     actor's working directory is Ray's, not this process's.
     """
     env = copy.deepcopy(plan["placement"]["runtime_env"])
-    ours = {var: os.environ[var] for var in (RUN_DIR_VAR, SLOTS_VAR, RECORD_VAR) if os.environ.get(var)}
+    ours = {var: os.environ[var] for var in (RUN_DIR_VAR, SLOTS_VAR, RECORD_VAR, RETAIN_VAR)
+            if os.environ.get(var)}
     if RUN_DIR_VAR in ours:
         ours[RUN_DIR_VAR] = os.path.abspath(ours[RUN_DIR_VAR])
     given = env.get("env_vars", {})

@@ -136,11 +136,12 @@ class NodeCollector(Collector):
         """Where this actor runs: node id, host, pid, the resources Ray assigned it, its GPUs, its run directory."""
         return {**ray_placement.here(), "run_dir": self._topo_run_dir}
 
-    def topo_files(self, known: dict[str, tuple[int, int]], remove: bool = False) -> list[tuple[str, int, int, bytes, int]]:
-        """The files of this node's run directory that ``known`` (relative path -> (mtime_ns, size), what the
-        trainer holds) lacks or holds older, as (relative path, mtime_ns, size, content, offset): an append-only
-        record (:func:`~.ray_records.appended`) that grew sends only its new bytes, from ``offset``; any other
-        file whole (offset 0). ``remove``: then delete the directory (the run is over on this node).
+    def topo_files(self, known: dict[str, tuple[int, int, int]], remove: bool = False
+                   ) -> list[tuple[str, int, int, bytes, int, int]]:
+        """The files of this node's run directory that ``known`` (relative path -> (mtime_ns, size, inode), what the
+        trainer holds) lacks or holds older, as (relative path, mtime_ns, size, content, offset, inode): an append-only
+        record (:func:`~.ray_records.appended`) that grew in place sends only its new bytes, from ``offset``; any other
+        file, or one rewritten since (another inode: retention), whole (offset 0). ``remove``: then delete the directory (the run is over on this node).
         Stateless here: an answer the trainer never read loses nothing."""
         out = []
         for folder, _, files in os.walk(self._topo_run_dir):
@@ -151,16 +152,16 @@ class NodeCollector(Collector):
                 rel = os.path.relpath(path, self._topo_run_dir)
                 try:
                     st = os.stat(path)
-                    if tuple(known.get(rel, ())) == (st.st_mtime_ns, st.st_size):
+                    had = tuple(known.get(rel, (0, 0, 0)))
+                    if had == (st.st_mtime_ns, st.st_size, st.st_ino):
                         continue
-                    had = tuple(known.get(rel, (0, 0)))[1]
-                    offset = had if appended(rel) and 0 < had <= st.st_size else 0
+                    offset = had[1] if appended(rel) and had[2:] == (st.st_ino,) and 0 < had[1] <= st.st_size else 0
                     with open(path, "rb") as f:
                         f.seek(offset)
                         content = f.read(st.st_size - offset)
                 except OSError:  # replaced while listed: the next call brings it
                     continue
-                out.append((rel, st.st_mtime_ns, st.st_size, content, offset))
+                out.append((rel, st.st_mtime_ns, st.st_size, content, offset, st.st_ino))
         if remove and self._topo_run_dir.startswith(os.path.join(tempfile.gettempdir(), NODE_RUNS)):
             shutil.rmtree(self._topo_run_dir, ignore_errors=True)
         return out

@@ -41,18 +41,21 @@ def records_dir(records: dict[str, Any], node_id: str, host: str) -> str:
 
 
 def appended(rel: str) -> bool:
-    """Whether a record only ever grows (episode records and recorded steps: :mod:`topo.runtime.episodes`), so that a
-    pull brings its new bytes only: a days-long run's episode files are not sent again every few seconds."""
+    """Whether a record grows by appends (episode records and recorded steps: :mod:`topo.runtime.episodes`), so that a
+    pull brings its new bytes only: a days-long run's episode files are not sent again every few seconds. Retention
+    (``launch.retain_episodes``) rewrites one as a new file: its inode tells, and it is sent whole."""
     return rel.startswith(EPISODES + os.sep)
 
 
-def write_files(run_dir: str, files: list[tuple[str, int, int, bytes, int]], known: dict[str, tuple[int, int]]) -> int:
-    """Write each (relative path, mtime_ns, size, content, offset) under ``run_dir`` and note it in ``known``: a
+def write_files(run_dir: str, files: list[tuple[str, int, int, bytes, int, int]],
+                known: dict[str, tuple[int, int, int]]) -> int:
+    """Write each (relative path, mtime_ns, size, content, offset, inode on its node) under ``run_dir`` and note it in
+    ``known``: a
     whole file (offset 0) atomically, new bytes of an appended record at ``offset`` (a file here of another size
     is forgotten, so that the next pull brings it whole). The number written."""
     root = os.path.realpath(run_dir)
     n = 0
-    for rel, mtime_ns, size, content, offset in files:
+    for rel, mtime_ns, size, content, offset, ino in files:
         dest = os.path.realpath(os.path.join(root, rel))
         if os.path.commonpath([root, dest]) != root:  # never outside the run directory
             continue
@@ -69,7 +72,7 @@ def write_files(run_dir: str, files: list[tuple[str, int, int, bytes, int]], kno
             with open(tmp, "wb") as f:
                 f.write(content)
             os.replace(tmp, dest)
-        known[rel] = (mtime_ns, size)
+        known[rel] = (mtime_ns, size, ino)
         n += 1
     return n
 
@@ -83,7 +86,7 @@ class NodePuller:
         self.by_node: dict[str, list[Any]] = {}
         for actor, node in zip(actors, nodes):
             self.by_node.setdefault(node, []).append(actor)
-        self.known: dict[str, dict[str, tuple[int, int]]] = {node: {} for node in self.by_node}  # what each node sent
+        self.known: dict[str, dict[str, tuple[int, int, int]]] = {node: {} for node in self.by_node}  # what each node sent
         self.pulled = 0  # files written so far
         self._lock = threading.Lock()
         self._stop = threading.Event()
