@@ -9,7 +9,7 @@ import yaml
 
 import topo.doctor.cluster as doctor_ray
 from topo.checks import FAIL, OK, WARN, Check
-from topo.doctor.command import doctor
+from topo.cli import main
 from topo.doctor.cluster import NodeReport, check_auth, check_node_memory, check_placement, held, render_text
 
 from tests.compiler.compiler_helpers import compile_dict
@@ -127,7 +127,7 @@ def test_the_command_reports_every_node_in_json_and_exits_1_on_a_failure(tmp_pat
     spec.write_text(yaml.safe_dump(two_node_spec("127.0.0.1:6379")))
     found = {}
     monkeypatch.setattr(doctor_ray, "cluster_checks", lambda plan, timeout: (found.update(timeout=timeout) or nodes(), []))
-    result = CliRunner().invoke(doctor, [str(spec), "--format", "json", "--node-timeout", "7"])
+    result = CliRunner().invoke(main, ["doctor", str(spec), "--format", "json", "--node-timeout", "7"])
     assert result.exit_code == 1 and found == {"timeout": 7.0}
     report = json.loads(result.stdout)
     assert report["ok"] is False and report["checks"] == [] and report["spec"] == str(spec)
@@ -136,4 +136,4 @@ def test_the_command_reports_every_node_in_json_and_exits_1_on_a_failure(tmp_pat
     assert report["nodes"][1]["checks"] == [{"name": "node", "status": FAIL, "hint": "--node-timeout",
                                              "detail": "node bbbbbbbbbbbb on host-b did not answer in 5 s"}]
     monkeypatch.setattr(doctor_ray, "cluster_checks", lambda plan, timeout: (nodes()[:1], []))
-    assert CliRunner().invoke(doctor, [str(spec)]).exit_code == 0
+    assert CliRunner().invoke(main, ["doctor", str(spec)]).exit_code == 0
