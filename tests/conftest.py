@@ -53,6 +53,7 @@ FAST = (
     "tests/docs/test_pages.py",
     "tests/ray/test_ray_units.py",
     "tests/ray/test_ray_doctor_units.py",
+    "tests/ray/test_ray_auth_units.py",
     "tests/launch/test_training_api.py::test_the_quickstart_runs_as_written",
 )
 ROOT = Path(__file__).resolve().parent.parent

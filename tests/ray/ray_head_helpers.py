@@ -33,9 +33,12 @@ def free_port() -> int:
 
 
 class RayHead:
-    """One head node on 127.0.0.1 with ``cpus`` CPUs, custom ``resources``, and its own ports and temp dir."""
+    """One head node on 127.0.0.1 with ``cpus`` CPUs, custom ``resources``, and its own ports and temp dir; with a
+    ``token``, Ray's token authentication on (``env``: what a driver of it needs)."""
 
-    def __init__(self, cpus: int = 2, timeout: float = 60.0, resources: dict[str, float] | None = None):
+    def __init__(self, cpus: int = 2, timeout: float = 60.0, resources: dict[str, float] | None = None,
+                 token: str | None = None):
+        self.env = {**ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token} if token else ENV
         # Ray's unix sockets live under the temp dir: keep its path short (pytest's tmp_path is too long)
         self.temp_dir = tempfile.mkdtemp(prefix="topo-ray-")
         ports = {flag: free_port() for flag in PORT_FLAGS}
@@ -47,14 +50,14 @@ class RayHead:
                  "--disable-usage-stats", "--node-ip-address=127.0.0.1", f"--temp-dir={self.temp_dir}",
                  *([f"--resources={json.dumps(resources)}"] if resources else []),
                  *(f"--{flag}={port}" for flag, port in ports.items())],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=ENV, cwd=self.temp_dir,
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env, cwd=self.temp_dir,
                 start_new_session=True)
         self.wait_for(f"/{cpus}.0 CPU", timeout)  # the node has registered its CPUs
 
     def wait_for(self, text: str, timeout: float) -> None:
         """Until ``ray status`` shows ``text``; stops this node and raises if it never does."""
         deadline = time.monotonic() + timeout
-        while text not in status(self.address):
+        while text not in status(self.address, self.env):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 tail = self.log.read_text()[-2000:]
                 self.stop()
@@ -85,6 +88,7 @@ class RayNode(RayHead):
 
     def __init__(self, head: RayHead, resources: dict[str, float], cpus: int = 2, timeout: float = 60.0):
         self.temp_dir = tempfile.mkdtemp(prefix="topo-rayn-")
+        self.env = head.env
         self.address = head.address
         self.log = Path(self.temp_dir, "node.log")
         ports = {flag: free_port() for flag in ("dashboard-agent-listen-port", "dashboard-agent-grpc-port",
@@ -94,7 +98,7 @@ class RayNode(RayHead):
                 [str(RAY), "start", "--block", f"--address={head.address}", f"--num-cpus={cpus}",
                  f"--resources={json.dumps(resources)}", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
                  *(f"--{flag}={port}" for flag, port in ports.items())],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=ENV, cwd=self.temp_dir,
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env, cwd=self.temp_dir,
                 start_new_session=True)
         self.wait_for(f"/{next(iter(resources.values())):g}.0 {next(iter(resources))}", timeout)
 
@@ -116,8 +120,8 @@ def two_nodes() -> Iterator[tuple[RayHead, RayNode]]:
         head.stop()
 
 
-def status(address: str) -> str:
-    result = subprocess.run([str(RAY), "status", f"--address={address}"], capture_output=True, text=True, env=ENV)
+def status(address: str, env: dict[str, str] = ENV) -> str:
+    result = subprocess.run([str(RAY), "status", f"--address={address}"], capture_output=True, text=True, env=env)
     return result.stdout if result.returncode == 0 else ""
 
 

@@ -26,11 +26,11 @@ def cluster():
         yield head
 
 
-def doctor(tmp_path: Path, spec: dict, *args: str) -> subprocess.CompletedProcess:
+def doctor(tmp_path: Path, spec: dict, *args: str, env: dict = ENV) -> subprocess.CompletedProcess:
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return subprocess.run([sys.executable, "-m", "topo", "doctor", str(path), *args], cwd=tmp_path, capture_output=True,
-                          text=True, env={**ENV, "PYTHONPATH": str(ROOT)}, timeout=HANG_GUARD_S)
+                          text=True, env={**env, "PYTHONPATH": str(ROOT)}, timeout=HANG_GUARD_S)
 
 
 def test_every_node_runs_the_checks_for_the_subcollector_the_plan_puts_there(cluster, tmp_path):
@@ -48,6 +48,8 @@ def test_every_node_runs_the_checks_for_the_subcollector_the_plan_puts_there(clu
         assert checks["memory"]["detail"].endswith(f"for subcollector {sub}")
         assert "(2 workers x 0.4 GB + 1 collector processes" in checks["memory"]["detail"]
     assert [c["detail"] for c in report["checks"]] == [
+        f"the Ray cluster at {cluster.address} lets in a client without a token: anyone who reaches its port can join "
+        "it as a node or run code on every node",  # a warning (exit 0): this test cluster runs without token auth
         f"subcollector 0 asks for node_a 1: node {nodes[0]['node_id'][:12]} ({nodes[0]['hostname']}) has it",
         f"subcollector 1 asks for node_b 1: node {nodes[1]['node_id'][:12]} ({nodes[1]['hostname']}) has it"]
 

@@ -9,8 +9,8 @@ import yaml
 
 import topo.doctor.cluster as doctor_ray
 from topo.checks import FAIL, OK, WARN, Check
-from topo.doctor.command import doctor
-from topo.doctor.cluster import NodeReport, check_node_memory, check_placement, held, render_text
+from topo.cli import main
+from topo.doctor.cluster import NodeReport, check_auth, check_node_memory, check_placement, held, render_text
 
 from tests.compiler.compiler_helpers import compile_dict
 from tests.ray.test_ray_training import two_node_spec
@@ -34,6 +34,25 @@ def test_a_node_holds_the_subcollectors_whose_custom_resources_it_has():
     assert held(plan, {"node_a": 1.0, "node_b": 2.0}) == [0, 1, 2]
     assert held(plan, {"node_a": 0.5}) == [2]  # less than asked
     assert held(plan, {}) == [2]
+
+
+def test_a_cluster_that_lets_in_a_client_without_a_token_is_a_warning_naming_it_and_the_runbook():
+    open_ = check_auth("10.0.0.1:6379", False)
+    assert (open_.status, open_.detail) == (WARN, "the Ray cluster at 10.0.0.1:6379 lets in a client without a token: "
+                                                  "anyone who reaches its port can join it as a node or run code on "
+                                                  "every node")
+    assert open_.hint == ("start every node with Ray's token authentication (RAY_AUTH_MODE=token and the token): "
+                          "docs/guides/ray.md#who-may-join")
+    unknown = check_auth("ray://10.0.0.1:10001", None)
+    assert unknown.status == WARN and unknown.detail.startswith("could not tell whether the Ray cluster at "
+                                                                "ray://10.0.0.1:10001 lets in a client without its token")
+    assert "`RAY_AUTH_MODE=disabled ray status --address=ray://10.0.0.1:10001` must fail" in unknown.hint
+    assert check_auth("auto", True) == Check("auth", OK, "the Ray cluster at auto refuses a client without its token")
+    text = render_text("s.yaml", ray_plan({}), [], [open_]).splitlines()
+    assert text[1:] == ["cluster:",
+                        f"warn  auth  {open_.detail}",
+                        f"            hint: {open_.hint}",
+                        "ready to launch on the cluster (0 node(s)): 0 ok, 1 warning(s), 0 failure(s)"]  # exit 0
 
 
 def test_placement_names_the_nodes_that_hold_each_subcollector_and_fails_one_that_none_holds():
@@ -108,7 +127,7 @@ def test_the_command_reports_every_node_in_json_and_exits_1_on_a_failure(tmp_pat
     spec.write_text(yaml.safe_dump(two_node_spec("127.0.0.1:6379")))
     found = {}
     monkeypatch.setattr(doctor_ray, "cluster_checks", lambda plan, timeout: (found.update(timeout=timeout) or nodes(), []))
-    result = CliRunner().invoke(doctor, [str(spec), "--format", "json", "--node-timeout", "7"])
+    result = CliRunner().invoke(main, ["doctor", str(spec), "--format", "json", "--node-timeout", "7"])
     assert result.exit_code == 1 and found == {"timeout": 7.0}
     report = json.loads(result.stdout)
     assert report["ok"] is False and report["checks"] == [] and report["spec"] == str(spec)
@@ -117,4 +136,4 @@ def test_the_command_reports_every_node_in_json_and_exits_1_on_a_failure(tmp_pat
     assert report["nodes"][1]["checks"] == [{"name": "node", "status": FAIL, "hint": "--node-timeout",
                                              "detail": "node bbbbbbbbbbbb on host-b did not answer in 5 s"}]
     monkeypatch.setattr(doctor_ray, "cluster_checks", lambda plan, timeout: (nodes()[:1], []))
-    assert CliRunner().invoke(doctor, [str(spec)]).exit_code == 0
+    assert CliRunner().invoke(main, ["doctor", str(spec)]).exit_code == 0

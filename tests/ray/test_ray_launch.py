@@ -44,11 +44,12 @@ def toy_ray_spec(address: str, sync: bool = True) -> dict:
     }
 
 
-def launch(tmp_path: Path, name: str, spec: dict, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
+def launch(tmp_path: Path, name: str, spec: dict, *args: str,
+           env: dict = ENV) -> tuple[subprocess.CompletedProcess, Path]:
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     result = subprocess.run([sys.executable, "-m", "topo.launch", path.name, "--report", name, *args],  # relative
-                            cwd=tmp_path, capture_output=True, text=True, env=ENV, timeout=HANG_GUARD_S)
+                            cwd=tmp_path, capture_output=True, text=True, env=env, timeout=HANG_GUARD_S)
     return result, path
 
 

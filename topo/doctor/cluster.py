@@ -3,8 +3,8 @@ cluster, each in a Ray task pinned to its node, and each node's memory estimated
 
 A node holds a subcollector when its resources include every custom resource the subcollector asks for, in that
 amount; one that asks for none may land on any node and is counted against each. :func:`cluster_checks` talks to
-Ray (imported there only); the rest is pure: :func:`held`, :func:`check_placement`, :func:`check_node_memory`,
-:func:`render_text`.
+Ray (imported there only); the rest is pure: :func:`held`, :func:`check_auth`, :func:`check_placement`,
+:func:`check_node_memory`, :func:`render_text`.
 """
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from typing import Any
 
 import click
 
-from topo.checks import FAIL, OK, Check
+from topo.checks import FAIL, OK, WARN, Check
 from topo.estimate.host import available_gb
 from topo.doctor.host import _backend, check_lines, estimate_memory, host_checks, summary, worker_gb
-from topo.errors import LaunchError
-from topo.launch.ray import HINT, check_reachable, custom_resources, holds, reason, runtime_env
+from topo.launch.ray import (AUTH_RUNBOOK, cannot_connect, check_reachable, custom_resources, holds, reason,
+                             runtime_env, token_required)
 
 #: the doctor's tasks see the node's GPUs: Ray hides them from a task that asks for none (CUDA_VISIBLE_DEVICES="")
 NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
@@ -51,7 +51,8 @@ def doctor_cluster(spec: str, plan: dict, fmt: str, timeout: float) -> int:
 
 def cluster_checks(plan: dict, timeout: float) -> tuple[list[NodeReport], list[Check]]:
     """Connect to the plan's cluster, run the host checks on every alive node within ``timeout`` seconds (a node
-    that does not answer in time: a FAIL naming it); also the placement checks. A cluster not reached: LaunchError."""
+    that does not answer in time: a FAIL naming it); also who may join it and the placement checks. A cluster not
+    reached: LaunchError."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -62,9 +63,10 @@ def cluster_checks(plan: dict, timeout: float) -> tuple[list[NodeReport], list[C
     try:
         ray.init(address=placement["address"], runtime_env=env, log_to_driver=False, logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as err:
-        why = reason(err).rstrip(".")
-        raise LaunchError(f"cannot connect to the Ray cluster at {placement['address']!r}: {why}; {HINT}") from None
+        raise cannot_connect(placement["address"], err) from None
     try:
+        asked = placement["address"] if placement["address"] != "auto" else ray.get_runtime_context().gcs_address
+        auth = check_auth(placement["address"], token_required(asked))
         alive = [n for n in ray.nodes() if n["Alive"]]
         task = ray.remote(_on_node)
         nodes, refs = [], []
@@ -79,7 +81,7 @@ def cluster_checks(plan: dict, timeout: float) -> tuple[list[NodeReport], list[C
         for node, ref in zip(nodes, refs):
             _fill(node, plan, None if ref in late else ref, timeout)
         nodes.sort(key=lambda n: (not n.subcollectors, n.subcollectors, n.node_id))  # in subcollector order
-        return nodes, check_placement(plan, {n.node_id: (n.hostname, n.resources) for n in nodes})
+        return nodes, [auth, *check_placement(plan, {n.node_id: (n.hostname, n.resources) for n in nodes})]
     finally:
         ray.shutdown()
 
@@ -118,6 +120,20 @@ def held(plan: dict, resources: dict[str, float]) -> list[int]:
     for, in that amount (one that asks for none: any node)."""
     subs = plan["placement"]["subcollectors"]
     return [i for i, sub in enumerate(subs) if holds(resources, sub["resources"]["custom"])]
+
+
+def check_auth(address: str, required: bool | None) -> Check:
+    """Who may join the cluster at ``address``: ``required`` is whether it refused a call without its token (None:
+    not known). One that answered such a call lets anyone who reaches its port join a node or run code: WARN."""
+    if required:
+        return Check("auth", OK, f"the Ray cluster at {address} refuses a client without its token")
+    hint = f"start every node with Ray's token authentication (RAY_AUTH_MODE=token and the token): {AUTH_RUNBOOK}"
+    if required is None:
+        return Check("auth", WARN, f"could not tell whether the Ray cluster at {address} lets in a client without its "
+                     "token: a call without one had no clear answer", f"`RAY_AUTH_MODE=disabled ray status "
+                     f"--address={address}` must fail with InvalidAuthToken; else {hint}")
+    return Check("auth", WARN, f"the Ray cluster at {address} lets in a client without a token: anyone who reaches its "
+                 "port can join it as a node or run code on every node", hint)
 
 
 def check_placement(plan: dict, nodes: dict[str, tuple[str, dict[str, float]]]) -> list[Check]:

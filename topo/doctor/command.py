@@ -23,7 +23,8 @@ def doctor(spec, assignments, fmt, node_timeout):
     """Check that this host can launch SPEC (a spec or a saved plan): imports, GL, render GPUs, files, memory.
 
     With placement.engine ray, the checks run on every alive node of the plan's cluster instead, each node's
-    memory estimated for the subcollectors the plan places there.
+    memory estimated for the subcollectors the plan places there; a cluster that lets in a client without its
+    token (Ray's token authentication off) is a warning.
 
     Exit 0 when nothing blocks a launch (warnings allowed), 1 when a check fails, 2 on a bad spec.
     """

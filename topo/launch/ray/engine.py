@@ -21,6 +21,7 @@ from topo.errors import LaunchError
 from topo.runtime.episodes import RECORD_VAR, RETAIN_VAR
 from topo.runtime.rundir import RUN_DIR_VAR, SLOTS_VAR
 from topo.launch.supervision import failure as failures, processes, teardown
+from topo.launch.ray.auth import TOKEN_HINT, sends_token, token_required
 from topo.launch.ray.placement import reason
 
 CONNECT_TIMEOUT_S = 5.0
@@ -33,7 +34,8 @@ HINT = ("start a cluster with `ray start --head` (other nodes join with `ray sta
 
 
 def check_reachable(placement: dict[str, Any]) -> None:
-    """Raise :class:`LaunchError` if ray is not installed, or a ``host:port`` address refuses a TCP connection."""
+    """Raise :class:`LaunchError` if ray is not installed, a ``host:port`` address refuses a TCP connection, or its
+    cluster refuses a client without its token and this process would send none (Ray would retry for 20 s)."""
     if importlib.util.find_spec("ray") is None:
         raise LaunchError("placement engine 'ray' needs ray on this machine: pip install 'topo[ray]'")
     address = placement["address"]
@@ -44,6 +46,16 @@ def check_reachable(placement: dict[str, Any]) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as err:
         raise LaunchError(f"no Ray cluster at {address} ({err}): {HINT}") from None
+    if not sends_token() and token_required(address):
+        raise LaunchError(f"the Ray cluster at {address} refuses a client without its token, and this process sends "
+                          f"none: {TOKEN_HINT}")
+
+
+def cannot_connect(address: str, err: BaseException) -> LaunchError:
+    """What a failed ``ray.init`` at ``address`` says: Ray's reason, then how to give the token when the cluster
+    refuses a client without one (Ray itself says only that it failed to connect), else how to start a cluster."""
+    then = f"it refuses a client without its token: {TOKEN_HINT}" if token_required(address) else HINT
+    return LaunchError(f"cannot connect to the Ray cluster at {address!r}: {reason(err).rstrip('.')}; {then}")
 
 
 def runtime_env(plan: dict[str, Any]) -> dict[str, Any]:
@@ -375,8 +387,7 @@ class RayEngine:
         try:
             ray.init(address=placement["address"], runtime_env=runtime_env(plan), log_to_driver=True)
         except (ConnectionError, RuntimeError, ValueError) as err:
-            reason = str(err).rstrip(".")
-            raise LaunchError(f"cannot connect to the Ray cluster at {placement['address']!r}: {reason}; {HINT}") from None
+            raise cannot_connect(placement["address"], err) from None
 
     def build(self, plan: dict[str, Any], **kwargs: Any) -> RayTopology:
         """A ``RayCollector`` whose actors hold their resources and built envs, the trainer's weights, and stand
