@@ -162,14 +162,15 @@ def collector(source: PlanSource | Plan, *, variables: Mapping[str, str] | None 
               report_dir: str | None = None, progress: bool = True, progress_while_collecting: bool = False,
               startup_timeout: float | None = None, max_concurrent_starts: int | None = None,
               process_logs: bool = False, command: dict | None = None, evaluation: bool = True, logger: Any = None,
-              **collector_kwargs: Any) -> Run:
+              resume: Any = None, **collector_kwargs: Any) -> Run:
     """A supervised run of ``source`` for a training loop to iterate (a :class:`~topo.launch.run.Run`); imports torch.
 
     ``source``: a :class:`Plan` (from :func:`load`), a spec, a saved plan's path, or a plan dict (each checked);
     ``variables`` render a Jinja2 spec, ``spec`` is the spec a saved plan came from (refused if it changed since),
     ``allow_edited`` runs a plan whose digest no longer matches (for a path; a :class:`Plan` was loaded with them).
     The other keywords are the run's :class:`~topo.launch.options.Options` (``policy_factory``, ``policy``,
-    ``report_dir``, ``progress``, ``startup_timeout``, ...); any further keyword goes to the torchrl collector
+    ``report_dir``, ``progress``, ``startup_timeout``, ...; ``resume``: a killed run's ``run.state_dict()``, that
+    saved as JSON, or its run directory: this run continues it, docs/guides/training.md#resume); any further keyword goes to the torchrl collector
     (``replay_buffer``, ``env_device``, ...). ``with topo.collector(plan, policy=plan.make_policy()) as run:``
     starts it; ``run.collector`` is the torchrl collector, ``run.update_weights()`` pushes the trainer's weights,
     ``run.report`` is the report once the block ends.
@@ -185,7 +186,7 @@ def collector(source: PlanSource | Plan, *, variables: Mapping[str, str] | None 
         allow_edited = allow_edited or source.allow_edited
         source = source.data
     options = Options(policy_factory, policy, report_dir, progress, progress_while_collecting, startup_timeout,
-                      max_concurrent_starts, process_logs, command, evaluation, logger, collector_kwargs)
+                      max_concurrent_starts, process_logs, command, evaluation, logger, resume, collector_kwargs)
     return Run(resolve(source, variables, spec, allow_edited=allow_edited), options)
 
 

@@ -32,6 +32,7 @@ from topo.runtime.rundir import RUN_DIR_VAR, start_eval_round
 from topo.launch import checkpoint
 from topo.launch.evaluation import results as eval_results
 from topo.launch.policy import PolicySetup, build
+from topo.launch.resume import Resumed
 
 #: steps each eval worker takes per collected batch: small, so a round ends close to its last episode
 STEPS_PER_BATCH = 8
@@ -72,11 +73,12 @@ class Evaluation:
     """An eval collector and its rounds. ``with Evaluation(plan, ...) as ev: result = ev.evaluate(weights)``.
 
     ``policy_factory`` replaces the plan's; ``out_dir`` receives each round's JSON (``eval/round-NNN.json``)
-    and ``eval/results.json``; other keywords go to the :class:`~topo.launch.run.Run`.
+    and ``eval/results.json``; ``rounds_before``: rounds the runs before ran (a resumed training run's: the first
+    round here is the next); other keywords go to the :class:`~topo.launch.run.Run`.
     """
 
     def __init__(self, plan: dict[str, Any], *, policy_factory: str | Callable | None = None,
-                 out_dir: str | None = None, **run_options: Any):
+                 out_dir: str | None = None, rounds_before: int = 0, **run_options: Any):
         from torchrl.envs.utils import ExplorationType
 
         from topo.launch.run import Run
@@ -94,6 +96,7 @@ class Evaluation:
         self.run = Run(self.plan, policy_factory=policy_factory, policy=self.policy, exploration_type=exploration,
                        **run_options)
         self.out_dir = out_dir
+        self.rounds_before = rounds_before
         self.results: list[dict[str, Any]] = []
         self._batches = None
 
@@ -118,7 +121,7 @@ class Evaluation:
     def evaluate(self, weights=None, *, version: int | None = None, step: int | None = None) -> dict[str, Any]:
         """One round: every planned episode once, acting with ``weights`` (a TensorDict or a module; None: the
         weights of the round before, or the factory's). ``version`` and ``step`` are the trainer's, recorded."""
-        number = len(self.results) + 1
+        number = self.rounds_before + len(self.results) + 1
         if weights is not None:
             self.policy_weights(weights)
         acting = self.run.update_weights()
@@ -200,9 +203,11 @@ def serve(argv: list[str]) -> int:
     conn = Connection(int(argv[0]))
     init = conn.recv()
     os.environ.pop(RUN_DIR_VAR, None)
+    resumed = init["resumed"]  # the eval run's lives start after the lives before, as the training run's do
     evaluation = Evaluation(init["plan"], policy_factory=init["policy_factory"], out_dir=init["out_dir"],
                             report_dir=init["report_dir"], progress=False, startup_timeout=init["startup_timeout"],
-                            process_logs=init["process_logs"])
+                            process_logs=init["process_logs"], rounds_before=resumed.eval_rounds,
+                            resume=Resumed(lives=resumed.eval_lives))
     error: BaseException | None = None
     try:
         evaluation.start()

@@ -22,6 +22,8 @@ class Options:
     processes' output in the run directory, not the terminal; ``command``: the report's command (default: argv
     and cwd); ``evaluation``: False starts no eval process though the plan has an eval section;
     ``logger``: a ``torchrl.record.loggers`` logger the run's figures go to (:mod:`topo.launch.figures`);
+    ``resume``: the run this one continues (:mod:`topo.launch.resume`): its ``run.state_dict()``, that saved as JSON,
+    or its run directory;
     ``collector_kwargs``: any other torchrl collector keyword (``replay_buffer``, ``env_device``, ...).
     """
 
@@ -36,6 +38,7 @@ class Options:
     command: dict | None = None
     evaluation: bool = True
     logger: Any = None
+    resume: Any = None
     collector_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -248,11 +248,12 @@ class Placement:
         self.slots: server_slots.Layout | None = None  # the local server's slot layout (None: manager-backed queue)
         self.transport_why: str | None = None  # why the local server keeps the manager-backed queue
         self.updates: list[float] = []  # seconds each weight update took
+        self.base_version = 0  # the version the run starts at (a resumed run's: the one it resumes had pushed)
         self.stats: dict | None = None  # the server's figures (torchrl's stats()) as last read
 
     @property
     def version(self) -> int:
-        return len(self.updates)
+        return self.base_version + len(self.updates)
 
     def check(self) -> None:
         """Refuse, before anything starts, a trainer policy that torchrl would have to build an env for."""
@@ -319,6 +320,7 @@ class Placement:
             # the copies get their own buffer, not the trainer's parameters: torchrl's schemes move the module
             # they are given into shared memory, where the copies would see each optimizer step as it happens
             self.sender = VersionedPolicy(copy.deepcopy(self.trainer_policy))
+            self.sender.version.fill_(self.base_version)
             # collector_acks: the collector waits for each acknowledgement itself, restarting a lost
             # subcollector instead of waiting for it forever (topo.launch.local.respawn)
             sync = not self.collector_acks

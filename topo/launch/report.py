@@ -113,7 +113,7 @@ def summary(run: Outcome) -> dict[str, Any]:
     workers = list(state.workers.values())  # as the run ended: restarted subcollectors' current workers
     every = state.all_workers()  # and the ones their restarts replaced
     subs = [state.subcollectors[sub["index"]] for sub in plan["subcollectors"]]
-    started = [s for s in state.all_subcollectors() if s.restart == 0 or s.began]
+    started = [s for s in state.all_subcollectors() if s.first or s.began]
     built = Counter(state.role_of(pid) for w in every for pid, _ in w.constructions)
     built.update(state.role_of(pid) for sub in state.all_subcollectors() for pid in sub.built_elsewhere)
     observed = {sub.index: sub.observed for sub in subs}

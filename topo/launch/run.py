@@ -30,7 +30,7 @@ from topo.errors import LaunchError, UsageError
 from topo.runtime.rundir import RunDir
 from topo.compiler import saved
 from topo import seeding
-from topo.launch import boundary, observe, trainer
+from topo.launch import boundary, observe, resume, trainer
 from topo.launch.digest import BatchDigest, attach
 from topo.launch.engines import Engine, engine_for
 from topo.launch.evaluation.service import EvalService
@@ -43,6 +43,7 @@ from topo.launch.supervision.delivery import Delivery
 from topo.launch.supervision.monitor import Monitor
 from topo.launch.supervision.progress import Progress
 from topo.launch.supervision.recovery import Recovery
+from topo.launch.supervision.restarts import life_plan
 from topo.launch.supervision.state import Phase, RunState
 
 
@@ -54,7 +55,8 @@ class Run:
     records, once started); ``run_dir``; ``policy_version`` (weight updates pushed so far); ``restarts`` and
     ``recycles`` (subcollectors restarted, or rebuilt past a health budget, so far); ``failure`` (what failed, if
     anything); ``evaluations`` (each evaluation's result so far: :meth:`evaluate`, ``eval.every``); ``digest`` (a
-    running sha256 over the batches yielded so far: ``run.digest.hexdigest``; the report's ``batches``).
+    running sha256 over the batches yielded so far: ``run.digest.hexdigest``; the report's ``batches``); ``resumed``
+    (where it started: :class:`~topo.launch.resume.Resumed`, all 0 for a run that resumes none).
     """
 
     _active: Run | None = None  # the run started in this process and not yet ended
@@ -63,16 +65,19 @@ class Run:
         self.plan = plan
         self.options = options if options is not None else Options.of(**given)
         self.wiring = _Wiring.of(plan, self.options)
+        self.resumed = _resumed(plan, self.options.resume, self.wiring)
         self.collector = self.report = self.state = self.eval = None
         self.life = _Life(self.options, plan)
         self.extra: dict[str, Any] = {}  # what the caller adds to the report's launch section (the CLI: batches)
         self.digest = BatchDigest()  # every batch the collector yielded, in order (:mod:`.digest`)
+        if self.resumed.run_dir is not None:
+            self.extra["resumes"] = self.resumed.run_dir
 
     engine = property(lambda self: self.wiring.engine)
     placement = property(lambda self: self.wiring.placement)
     run_dir = property(lambda self: self.state.run.path if self.state else None)
     failure = property(lambda self: self.life.delivery.failure)
-    policy_version = property(lambda self: self.placement.version if self.placement else 0)
+    policy_version = property(lambda self: self.placement.version if self.placement else self.resumed.policy_version)
 
     @property
     def restarts(self) -> list[dict]:
@@ -102,6 +107,22 @@ class Run:
             raise UsageError("the run has not started: its episodes are recorded once it has")
         return Episodes(self.state.run.path)
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a run resumed from this one needs (``topo.collector(plan, resume=state)``): plain JSON, small, to keep
+        in your checkpoint beside the weights of the same moment (:mod:`topo.launch.resume`): the plan's parts'
+        digests, the next worker life, the eval run's, the evaluation rounds asked for, the policy version and the
+        batches delivered so far (the runs' before it included)."""
+        if self.state is None:
+            raise UsageError("the run has not started: its state exists once it has")
+        with self.life.monitor.lock:
+            lives = max(s.restart for s in self.state.all_subcollectors()) + 1
+        evals = os.path.join(self.state.run.path, "eval", "collector")
+        eval_lives = max([self.resumed.eval_lives, *(resume.lives(os.path.join(evals, name)) for name in (
+            os.listdir(evals) if os.path.isdir(evals) else []) if name.startswith("topo-run-"))])
+        return resume.state(self.plan, self.state.run.path, resume.Resumed(
+            lives=lives, eval_lives=eval_lives, eval_rounds=self.resumed.eval_rounds + (self.eval.asked if self.eval else 0),
+            policy_version=self.policy_version, batches=self.resumed.batches + self.digest.batches))
+
     def update_weights(self, policy_or_weights=None) -> int:
         """Push the trainer's policy weights (or ``policy_or_weights``) to every acting copy; the new version. When it
         returns, every copy acts with them, and the rows collected from then on carry it as ``policy_version``."""
@@ -113,6 +134,7 @@ class Run:
             version = self.placement.update(self.collector, policy_or_weights)
         if self.eval is not None and self.eval.due(version):
             self.evaluate(wait=not self.eval.asynchronous, step=version)
+        resume.write(self.state.run.path, self.state_dict())
         return version
 
     def evaluate(self, *, wait: bool = True, step: int | None = None) -> dict[str, Any] | bool | None:
@@ -125,7 +147,9 @@ class Run:
         weights = self.placement.current_weights() if self.placement else None
         with self.life.delivery.interruptible():
             accepted = self.eval.trigger(weights, version=self.policy_version, step=step)
-            return self.eval.wait() if wait else accepted
+            out = self.eval.wait() if wait else accepted
+        resume.write(self.state.run.path, self.state_dict())
+        return out
 
     @property
     def evaluations(self) -> list[dict[str, Any]]:
@@ -149,12 +173,12 @@ class Run:
     def start(self) -> None:
         """Start every process of the plan and build the collector; raises what went wrong, after teardown."""
         _refuse_nested(Run._active is not None)
-        path = self.wiring.check(self.plan, self.options.report_dir, self.life.shutdown_budget)
-        self.state = RunState(self.plan, RunDir(path), time.time())
+        path = self.wiring.check(self.plan, self.options.report_dir, self.life.shutdown_budget, self.resumed.run_dir)
+        self.state = RunState(self.plan, RunDir(path), time.time(), first_life=self.resumed.lives)
         Run._active = self
         self.life.begin(self.state, self.options.report_dir, functools.partial(_on_failure, self))
         try:
-            with self.window(), self.life.delivery.interruptible():
+            with self.window(self.resumed.lives), self.life.delivery.interruptible():
                 self.collector, self.life.recovery = _build(self)
         except BaseException as exc:  # noqa: BLE001 - every way out tears down first
             raised = self._end(exc)
@@ -163,13 +187,14 @@ class Run:
             raise raised from exc
         if self.plan.get("eval") and self.options.evaluation:  # its eval collector builds while this one collects
             self.eval = EvalService.started(self.plan, self.state.run.path, self.wiring.setup, self.life.startup_timeout,
-                                            self.options.process_logs)
+                                            self.options.process_logs, self.resumed)
         self.life.ready_at = time.time()
         self.state.phase = Phase.COLLECTING
         self.life.log_figures(self.options.logger, self.state.run.path)
+        resume.write(self.state.run.path, self.state_dict())
 
-    def window(self, restart: int = 0):
-        """The launch window of a start (``restart`` 0: the first): what its processes inherit (:mod:`.trainer`)."""
+    def window(self, restart: int):
+        """The launch window of a start (``restart``: its worker life): what its processes inherit (:mod:`.trainer`)."""
         return trainer.launch_window(self.state.run.path, max_concurrent_starts=self.life.max_concurrent_starts,
                                      process_logs=self.options.process_logs, restart=restart,
                                      record=saved.recording(self.plan),
@@ -261,8 +286,9 @@ class _Wiring:
             placement.seed = seeding.derive(seeding.row_seeds(plan), "server")
         return cls(setup, features, torchrl, engine, placement)
 
-    def check(self, plan: dict[str, Any], report_dir: str | None, shutdown_budget: float) -> str:
-        """Warn, check that the engine and the server can start, and make the run directory; its path."""
+    def check(self, plan: dict[str, Any], report_dir: str | None, shutdown_budget: float, resumes: str | None) -> str:
+        """Warn, check that the engine and the server can start, and make the run directory (naming the run it
+        ``resumes``, if any); its path."""
         for warning in self.torchrl.warnings(self.features):
             print(f"warning: {warning}", file=sys.stderr)
         self.engine.check(plan)
@@ -270,7 +296,7 @@ class _Wiring:
             self.placement.check()
         return _run_directory(report_dir, {
             "plan": plan, "policy": self.setup.describe() if self.setup else None,
-            "shutdown_timeout": shutdown_budget, "torchrl": self.torchrl.to_dict(self.features)})
+            "shutdown_timeout": shutdown_budget, "torchrl": self.torchrl.to_dict(self.features), "resumes": resumes})
 
 
 class _Life:
@@ -373,7 +399,7 @@ def _build(run: Run) -> tuple[Any, Recovery | None]:
         placement.start_server(life.startup_timeout - run.state.elapsed(time.time()), run.state.run,
                                actor=plan["placement"].get("server"), on_death=life.monitor.submit, plan=plan)
         kwargs.update(placement.collector_kwargs(run.state.run))
-    collector = wiring.engine.build(plan, **kwargs)
+    collector = wiring.engine.build(life_plan(plan, run.resumed.lives), **kwargs)
     attach(collector, run.digest)
     if "restarts" not in wiring.engine.capabilities:
         return collector, None
@@ -382,6 +408,21 @@ def _build(run: Run) -> tuple[Any, Recovery | None]:
                         weights=lambda: placement.sender if placement else None)
     wiring.engine.supervise(collector, recovery)
     return collector, recovery
+
+
+def _resumed(plan: dict[str, Any], source: Any, wiring: _Wiring) -> resume.Resumed:
+    """Where the run starts (:mod:`.resume`), checked against the plan; refused where it cannot continue yet."""
+    resumed = resume.read(source, plan)
+    if resumed is None or resumed == resume.Resumed():
+        return resume.Resumed()
+    setup = wiring.setup
+    if wiring.engine.name != "local" or "serves_policy" in wiring.engine.capabilities or (
+            setup is not None and setup.placement == "server"):
+        raise UsageError("resume= continues a run on the local engine with the policy in each subcollector (the copies "
+                         "number the weights); Ray, async mode and the inference server do not resume yet")
+    if wiring.placement is not None:
+        wiring.placement.base_version = resumed.policy_version
+    return resumed
 
 
 def _refuse_nested(active: bool) -> None:

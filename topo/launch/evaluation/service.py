@@ -23,6 +23,7 @@ from typing import Any
 from topo.runtime import child
 from topo.errors import LaunchError, UsageError
 from topo.runtime.rundir import RUN_DIR_VAR
+from topo.launch.resume import Resumed
 from topo.launch.supervision import processes
 from topo.launch.trainer import TRAINER_VAR
 
@@ -34,13 +35,14 @@ class EvalService:
     """The trainer's side: start the eval process, send it rounds, read their results, close it."""
 
     def __init__(self, plan: dict[str, Any], run_dir: str, *, policy_factory=None, startup_timeout: float | None = None,
-                 process_logs: bool = False):
+                 process_logs: bool = False, resumed: Resumed | None = None):
+        """``resumed``: the rounds and eval lives of the runs before (a resumed run's eval continues them)."""
         self.section = plan["eval"]
         self.busy_policy = self.section.get("busy_policy") or "skip"
         self.run_dir = run_dir
         self._init = {"plan": plan, "policy_factory": policy_factory, "out_dir": run_dir,
                       "report_dir": os.path.join(run_dir, "eval", "collector"), "startup_timeout": startup_timeout,
-                      "process_logs": process_logs}
+                      "process_logs": process_logs, "resumed": resumed or Resumed()}
         self.results: list[dict[str, Any]] = []
         self.report: dict[str, Any] | None = None  # the eval run's summary, once closed
         self.proc: subprocess.Popen | None = None
@@ -50,10 +52,11 @@ class EvalService:
         self.skipped = 0
 
     @classmethod
-    def started(cls, plan: dict[str, Any], run_dir: str, setup, startup_timeout: float, process_logs: bool) -> EvalService:
+    def started(cls, plan: dict[str, Any], run_dir: str, setup, startup_timeout: float, process_logs: bool,
+                resumed: Resumed | None = None) -> EvalService:
         """The eval process of a training run, started (``setup``: the run's policy setup, None: the plan's)."""
         service = cls(plan, run_dir, policy_factory=setup.factory if setup else None, startup_timeout=startup_timeout,
-                      process_logs=process_logs)
+                      process_logs=process_logs, resumed=resumed)
         service.start()
         return service
 
@@ -84,6 +87,11 @@ class EvalService:
         if self._conn is None:
             raise UsageError("the eval process is not started")
         return self._conn
+
+    @property
+    def asked(self) -> int:
+        """Rounds sent to the eval process so far (ended, or running)."""
+        return len(self.results) + self._pending
 
     @property
     def pending(self) -> bool:

@@ -148,7 +148,7 @@ class Monitor:
         self._last_beats = now
         beats, steps = {}, {}
         for c, sub in self.state.subcollectors.items():
-            if sub.local and sub.pid and not sub.pending and (sub.restart == 0 or sub.ready):
+            if sub.local and sub.pid and not sub.pending and (sub.first or sub.ready):
                 slots = heartbeat.read(self.state.run.path, c, sub.restart)
                 health = heartbeat.health(self.state.run.path, c, sub.restart)
                 if slots:

@@ -108,7 +108,7 @@ class Recycler:
         out = []
         with self.lock:
             for c, sub in sorted(self.state.subcollectors.items()):
-                if sub.pending or not sub.local or (sub.restart and not sub.ready):
+                if sub.pending or not sub.local or (not sub.first and not sub.ready):
                     continue
                 found = breach(heartbeat.health(self.state.run.path, c, sub.restart) or [], self.budgets)
                 if found is not None:

@@ -11,9 +11,12 @@ with these (:mod:`.monitor`), the collector acts (:mod:`.respawn`, :mod:`.recove
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from topo.runtime import events
-from topo.launch.supervision.failure import Failure
+
+if TYPE_CHECKING:  # an annotation only: failure.py reads the run's state, which starts from these rows
+    from topo.launch.supervision.failure import Failure
 
 SEED_SPAN = 2 ** 63  # seeds live in [0, 2**63): sequence seeds are 63-bit
 
@@ -34,6 +37,15 @@ def restart_rows(plan: dict, index: int, restart: int) -> list[dict]:
         seed = restart_seed(row["seed"], restart, n)
         rows.append({**row, "seed": seed, "kwargs": _reseeded(row["kwargs"], seed)})
     return rows
+
+
+def life_plan(plan: dict, life: int) -> dict:
+    """``plan`` with every subcollector's rows as worker life ``life`` runs them (a resumed run's first start);
+    ``plan`` itself for life 0."""
+    if not life:
+        return plan
+    subs = [{**sub, "workers": restart_rows(plan, sub["index"], life)} for sub in plan["subcollectors"]]
+    return {**plan, "subcollectors": subs}
 
 
 def _reseeded(kwargs: dict, seed: int | None) -> dict:

@@ -16,6 +16,7 @@ from topo.runtime import heartbeat
 from topo.compiler.plan import engine
 from topo.runtime.rundir import HOST, RunDir
 from topo.launch.supervision.processes import Death
+from topo.launch.supervision.restarts import life_plan
 from topo.compiler.row import Row
 
 
@@ -69,7 +70,8 @@ class Subcollector:
     built_elsewhere: list[int] = field(default_factory=list)  # other pids that built its ParallelEnv (the trainer)
     observed: dict | None = None  # its latest ``observed/`` record
     died: Death | None = None
-    restart: int = 0  # 0: the first start; k: the k-th restart
+    restart: int = 0  # its worker life: the run's first life for its first start (0 unless resumed), then one more a restart
+    first: bool = True  # the run's first start of it (not a restart or a recycle)
     pending: bool = False  # decided, not yet started: the trainer starts it at its next call into the collector
     began: float | None = None  # a restart's process started (the first start: the run's t0)
     ready: float | None = None  # a restart collects (its envs built, its policy connected)
@@ -91,7 +93,8 @@ class PolicyProcess:
 class RunState:
     """Workers, subcollectors, policies and deaths of one run, keyed as the plan keys them."""
 
-    def __init__(self, plan: dict, run: RunDir, started: float, trainer_pid: int | None = None):
+    def __init__(self, plan: dict, run: RunDir, started: float, trainer_pid: int | None = None, first_life: int = 0):
+        """``first_life``: the worker life the run's first start is (a resumed run's: after the lives before it)."""
         self.plan = plan
         self.run = run
         self.t0 = started
@@ -100,9 +103,10 @@ class RunState:
         # on this host as on any other: their pids are not watched here
         self.watch_workers = engine(plan) != "ray"
         self.phase = Phase.STARTING
-        self.workers = {(sub["index"], row["index"]): Worker(sub["index"], row["index"], row)
-                        for sub in plan["subcollectors"] for row in sub["workers"]}
-        self.subcollectors = {sub["index"]: Subcollector(sub["index"]) for sub in plan["subcollectors"]}
+        self.workers = {(sub["index"], row["index"]): Worker(sub["index"], row["index"], row, restart=first_life)
+                        for sub in life_plan(plan, first_life)["subcollectors"] for row in sub["workers"]}
+        self.subcollectors = {sub["index"]: Subcollector(sub["index"], restart=first_life)
+                              for sub in plan["subcollectors"]}
         self.policies: list[PolicyProcess] = []
         self.deaths: dict[int, Death] = {}
         self.retired_workers: list[Worker] = []
@@ -199,7 +203,7 @@ class RunState:
         (after a failure, a restart; past a health budget, a recycle: either is the next start)."""
         old = self.subcollectors[index]
         self.retired_subcollectors.append(old)
-        new = Subcollector(index, restart=old.restart + 1, pending=True)
+        new = Subcollector(index, restart=old.restart + 1, first=False, pending=True)
         self.subcollectors[index] = new
         for row in rows:
             self.retired_workers.append(self.workers[(index, row["index"])])
