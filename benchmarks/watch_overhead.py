@@ -1,0 +1,99 @@
+"""What watching a run costs it, side by side: frames per second with ``topo top`` and torchrl's logger on and off.
+
+    python benchmarks/watch_overhead.py            # toy 2 x 4, TinyVLA, 3 rounds (a few minutes)
+
+Cases (a fresh process each, rounds alternating: ``side_by_side.alternate``), each ``--batches`` timed batches
+(``side_by_side.timed``: collect, an optimizer step, a weight push) after ``--warmup`` batches, on one topo run:
+
+- ``plain``: nothing watches it;
+- ``top``: a ``topo top RUN --interval 1`` process refreshes the live view beside it, for the whole run;
+- ``logger``: the run's figures go to torchrl's ``CSVLogger`` (``topo.collector(logger=...)``, every second);
+- ``both``: the two at once.
+
+The issue's target: each watched case within 1 % of ``plain``. Results: ``benchmarks/results/watch_overhead.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from side_by_side import alternate, timed
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CASES = ("plain", "top", "logger", "both")
+SPEC = {
+    "version": 1, "name": "toy-2x4",
+    "env": {"backend": "toy", "kwargs": {"success_steps": 4, "state_dim": 8}},
+    "topology": {"subcollectors": 2, "workers_per_subcollector": 4},
+    "assignment": {"tasks": "0-3", "instructions": {0: "push left", 1: "push right", 2: "lift", 3: "place"},
+                   "groups": {"size": 1, "candidate_size": 2}, "seeds": {"base": 0}},
+    "launch": {"startup_timeout": 600},
+    "collector": {"frames_per_batch": 64},
+    "policy": {"factory": "topo.policies.tinyvla:make", "kwargs": {"action_dim": 4, "image_size": 16, "state_dim": 8}},
+}
+
+
+def case(name: str, warmup: int, batches: int) -> dict:
+    """One case in this process: the timed batches' frames, seconds and frames per second."""
+    import yaml
+    from torchrl.record.loggers import CSVLogger
+
+    import topo
+
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = os.path.join(tmp, "spec.yaml")
+        with open(spec, "w") as f:
+            yaml.safe_dump(SPEC, f)
+        plan = topo.load(spec)
+        policy = plan.make_policy()
+        logger = CSVLogger("run", log_dir=os.path.join(tmp, "logs")) if name in ("logger", "both") else None
+        report = os.path.join(tmp, "report")
+        with topo.collector(plan, policy=policy, progress=False, report_dir=report, logger=logger) as run:
+            top = None
+            if name in ("top", "both"):
+                top = subprocess.Popen([sys.executable, "-m", "topo", "top", report, "--interval", "1"],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                timed(run, policy, warmup)
+                result = timed(run, policy, batches)
+            finally:
+                if top is not None:
+                    refreshed = top.poll() is None  # it watched the whole run
+                    top.terminate()
+                    top.wait(30)
+        if top is not None and not refreshed:
+            sys.exit("topo top ended before the run did")
+    return {"case": name, **result}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--batches", type=int, default=150)
+    parser.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=os.path.join(HERE, "results", "watch_overhead.json"))
+    args = parser.parse_args()
+    sizes = ["--warmup", str(args.warmup), "--batches", str(args.batches)]
+    if args.case:
+        print(json.dumps(case(args.case, args.warmup, args.batches)))
+        return
+    runs = alternate(os.path.abspath(__file__), CASES, args.rounds, sizes)
+    median = {name: statistics.median(r["frames_per_s"] for r in results) for name, results in runs.items()}
+    result = {"what": __doc__.strip().splitlines()[0], "batches": args.batches, "frames_per_batch": 64,
+              "cores": os.cpu_count(), "load_average_1m": os.getloadavg()[0], "date": time.strftime("%Y-%m-%d"),
+              "frames_per_s": median, "over_plain": {n: round(median[n] / median["plain"], 3) for n in CASES[1:]},
+              "runs": runs}
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
