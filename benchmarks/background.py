@@ -24,19 +24,10 @@ import statistics
 import sys
 import time
 
-from side_by_side import alternate
+from side_by_side import TOY_2X4 as SPEC, alternate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = ("iterating", "background")
-SPEC = {
-    "version": 1, "name": "toy-2x4",
-    "env": {"backend": "toy", "kwargs": {"success_steps": 4, "state_dim": 8}},
-    "topology": {"subcollectors": 2, "workers_per_subcollector": 4},
-    "assignment": {"tasks": "0-3", "instructions": {0: "push left", 1: "push right", 2: "lift", 3: "place"},
-                   "groups": {"size": 1, "candidate_size": 2}, "seeds": {"base": 0}},
-    "launch": {"startup_timeout": 600},
-    "policy": {"factory": "topo.policies.tinyvla:make", "kwargs": {"action_dim": 4, "image_size": 16, "state_dim": 8}},
-}
 
 
 def case(name: str, frames: int, iterations: int, storage: int) -> dict:

@@ -13,6 +13,16 @@ import time
 from typing import Any, Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: the toy topology the loop benchmarks time: 2 x 4 workers, 4 tasks, TinyVLA in each subcollector
+TOY_2X4 = {
+    "version": 1, "name": "toy-2x4",
+    "env": {"backend": "toy", "kwargs": {"success_steps": 4, "state_dim": 8}},
+    "topology": {"subcollectors": 2, "workers_per_subcollector": 4},
+    "assignment": {"tasks": "0-3", "instructions": {0: "push left", 1: "push right", 2: "lift", 3: "place"},
+                   "groups": {"size": 1, "candidate_size": 2}, "seeds": {"base": 0}},
+    "launch": {"startup_timeout": 600},
+    "policy": {"factory": "topo.policies.tinyvla:make", "kwargs": {"action_dim": 4, "image_size": 16, "state_dim": 8}},
+}
 
 
 def timed(run: Any, policy: Any, batches: int, between: Callable[[], None] | None = None) -> dict[str, float]:

@@ -23,20 +23,10 @@ import sys
 import tempfile
 import time
 
-from side_by_side import alternate, timed
+from side_by_side import TOY_2X4, alternate, timed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = ("plain", "top", "logger", "both")
-SPEC = {
-    "version": 1, "name": "toy-2x4",
-    "env": {"backend": "toy", "kwargs": {"success_steps": 4, "state_dim": 8}},
-    "topology": {"subcollectors": 2, "workers_per_subcollector": 4},
-    "assignment": {"tasks": "0-3", "instructions": {0: "push left", 1: "push right", 2: "lift", 3: "place"},
-                   "groups": {"size": 1, "candidate_size": 2}, "seeds": {"base": 0}},
-    "launch": {"startup_timeout": 600},
-    "collector": {"frames_per_batch": 64},
-    "policy": {"factory": "topo.policies.tinyvla:make", "kwargs": {"action_dim": 4, "image_size": 16, "state_dim": 8}},
-}
 
 
 def case(name: str, warmup: int, batches: int) -> dict:
@@ -49,7 +39,7 @@ def case(name: str, warmup: int, batches: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         spec = os.path.join(tmp, "spec.yaml")
         with open(spec, "w") as f:
-            yaml.safe_dump(SPEC, f)
+            yaml.safe_dump({**TOY_2X4, "collector": {"frames_per_batch": 64}}, f)
         plan = topo.load(spec)
         policy = plan.make_policy()
         logger = CSVLogger("run", log_dir=os.path.join(tmp, "logs")) if name in ("logger", "both") else None
