@@ -9,7 +9,7 @@ import threading
 import time
 
 from topo.runtime import heartbeat
-from topo.launch.supervision import failure, restarts
+from topo.launch.supervision import failure, lives, restarts
 from topo.launch.supervision.monitor import Monitor
 from topo.launch.supervision.processes import Death
 from topo.launch.supervision.progress import Progress
@@ -44,10 +44,10 @@ def constructed(c: int, w: int, pid: int, t: float, seed: int, restart: int = 0)
 # -- seeds ----------------------------------------------------------------------------------------
 
 def test_a_restart_changes_the_seed_only_by_a_documented_stride():
-    assert restarts.restart_seed(3, 1, 4) == 7 and restarts.restart_seed(3, 2, 4) == 11
-    assert restarts.restart_seed(None, 1, 4) is None
-    assert restarts.restart_seed(2**63 - 2, 1, 4) == 2  # 63-bit seeds wrap
-    rows = restarts.restart_rows(PLAN_WITH_KWARGS, 1, 2)
+    assert lives.restart_seed(3, 1, 4) == 7 and lives.restart_seed(3, 2, 4) == 11
+    assert lives.restart_seed(None, 1, 4) is None
+    assert lives.restart_seed(2**63 - 2, 1, 4) == 2  # 63-bit seeds wrap
+    rows = lives.restart_rows(PLAN_WITH_KWARGS, 1, 2)
     assert [r["seed"] for r in rows] == [2 + 8, 3 + 8]
     assert [r["kwargs"]["seed"] for r in rows] == [10, 11]
     assert rows[0]["kwargs"]["env"] == {"factory": "m:f", "kwargs": {"seed": 10, "instruction": "a"}}  # a user factory's

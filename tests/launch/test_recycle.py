@@ -11,7 +11,7 @@ import time
 import pytest
 
 from topo.runtime.episodes import Episodes
-from topo.launch.supervision.restarts import restart_seed
+from topo.launch.supervision.lives import restart_seed
 
 from tests.launch.launch_helpers import HANG_GUARD_S, HERE, alive, subprocess_env, user_spec, write
 from tests.launch.script_events import parse

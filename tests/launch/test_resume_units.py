@@ -12,7 +12,7 @@ import topo
 from topo.errors import RecordError, UsageError
 from topo.launch import resume
 from topo.launch.resume import Resumed
-from topo.launch.supervision.restarts import life_plan
+from topo.launch.supervision.lives import life_plan
 
 from tests.launch.launch_helpers import toy_spec, write
 

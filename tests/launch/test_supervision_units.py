@@ -10,7 +10,7 @@ import time
 import pytest
 
 from topo.errors import LaunchError
-from topo.launch.supervision import delivery as delivery_module, recovery as recovery_module, restarts, teardown
+from topo.launch.supervision import delivery as delivery_module, lives, recovery as recovery_module, restarts, teardown
 from topo.launch.supervision.delivery import Aborted, Delivery
 from topo.launch.supervision.failure import Failure
 from topo.launch.supervision.port import Restarting, RestartPort
@@ -61,7 +61,7 @@ def test_a_decided_restart_begins_with_its_rows_seeds_policy_and_window(tmp_path
     start = port.begin(1)
     assert isinstance(start, Restarting) and start.restart == 1 and windows == [1]
     assert start.policy_factory == "policy of 1"
-    assert [r["seed"] for r in start.rows] == [r["seed"] for r in restarts.restart_rows(port.state.plan, 1, 1)]
+    assert [r["seed"] for r in start.rows] == [r["seed"] for r in lives.restart_rows(port.state.plan, 1, 1)]
     assert [r["index"] for r in start.rows] == [0, 1]
     assert not port.lost(1)  # begun: not lost any more
     assert port.state.restarts[0].began_at is not None

@@ -43,7 +43,7 @@ from topo.launch.supervision.delivery import Delivery
 from topo.launch.supervision.monitor import Monitor
 from topo.launch.supervision.progress import Progress
 from topo.launch.supervision.recovery import Recovery
-from topo.launch.supervision.restarts import life_plan
+from topo.launch.supervision.lives import life_plan
 from topo.launch.supervision.state import Phase, RunState
 
 

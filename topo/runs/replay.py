@@ -1,7 +1,7 @@
 """``topo replay RUN EPISODE``: one recorded episode, rebuilt in this process from its plan row and replayed.
 
 The env is built as its worker built it (the row's builder and kwargs, with the seed of that worker
-life: :func:`topo.launch.supervision.restarts.restart_rows`), given the seed state recorded at the episode's reset
+life: :func:`topo.launch.supervision.lives.restart_rows`), given the seed state recorded at the episode's reset
 (:func:`topo.envs.recording.restore_seed_state`; an eval episode is set up by its schedule, as its eval
 worker did), reset, and stepped with the recorded actions. Each step's digest is compared with the
 recorded one: on the CPU with the same versions a faithful replay is bit-identical, and where it is not,
@@ -22,7 +22,7 @@ import numpy as np
 
 from topo.runtime.episodes import Episode, Episodes, blob_bytes, find_run, joined
 from topo.errors import RecordError, StalePlanError, UsageError
-from topo.launch.supervision.restarts import restart_rows
+from topo.launch.supervision.lives import restart_rows
 from topo.compiler.planfile import check_compatible
 from topo.runtime.builder import import_builder
 

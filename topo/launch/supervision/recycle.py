@@ -3,7 +3,7 @@
 Between batches (:meth:`Recycler.between_batches`, from the collector's iterator), the trainer reads
 each collecting subcollector's heartbeat file (:func:`topo.runtime.heartbeat.health`: a worker's resident
 memory, its steps' mean duration over its own baseline, its resets) and, when a worker is past a budget
-(:func:`breach`), decides a *recycle*: exactly a restart (:func:`.restarts.restart_rows`: the same rows,
+(:func:`breach`), decides a *recycle*: exactly a restart (:func:`.lives.restart_rows`: the same rows,
 restart seeds; the collector rebuilds it as it rebuilds a failed one, :mod:`.respawn`), but caused by no
 failure, so it spends no restart budget. Sync, a subcollector is idle between batches: no rollout is
 lost. Async, the rollout it was collecting is. Imports neither torch nor torchrl.
@@ -16,7 +16,7 @@ from typing import Any
 from topo.runtime import events
 from topo.runtime import heartbeat
 from topo.compiler.spec import Recycle as Budgets
-from topo.launch.supervision.restarts import restart_rows
+from topo.launch.supervision.lives import restart_rows
 from topo.compiler.row import Row
 
 GB = 2**30

@@ -1,11 +1,10 @@
-"""Restarts as rules: which start a restart is, the seed a restarted worker gets, the budget.
+"""Restarts as rules: which start a restart is, its cause, the budget.
 
 The unit of a restart is one subcollector: its process, its forkserver and its env workers. torchrl's
 ``ParallelEnv`` cannot replace one worker (a worker that dies ends its subcollector's rollout), so a
 worker's death, a hang or a failed restart all restart its subcollector; the others keep their envs.
 The restarted subcollector has the same plan rows (tasks, instructions, group ids, init states, render
-device) and, for restart ``k``, seed ``planned seed + k x N`` (N: workers in the plan), so that no two
-workers of a run ever draw the same stream, and a rerun draws the same ones. Pure: the monitor decides
+device) in a new worker life (:mod:`.lives`: only the seeds differ). Pure: the monitor decides
 with these (:mod:`.monitor`), the collector acts (:mod:`.respawn`, :mod:`.recovery`).
 """
 from __future__ import annotations
@@ -13,50 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from topo.launch.supervision.lives import restart_rows
 from topo.runtime import events
 
-if TYPE_CHECKING:  # an annotation only: failure.py reads the run's state, which starts from these rows
+if TYPE_CHECKING:  # an annotation only: failure.py reads the run's state
     from topo.launch.supervision.failure import Failure
-
-SEED_SPAN = 2 ** 63  # seeds live in [0, 2**63): sequence seeds are 63-bit
-
-
-def restart_seed(seed: int | None, restart: int, workers: int) -> int | None:
-    """The seed of a worker planned with ``seed``, in restart ``restart`` of its subcollector."""
-    if seed is None:
-        return None
-    out = seed + restart * workers
-    return out - SEED_SPAN if out >= SEED_SPAN else out
-
-
-def restart_rows(plan: dict, index: int, restart: int) -> list[dict]:
-    """The plan rows of subcollector ``index`` as restart ``restart`` runs them: only the seed differs."""
-    n = sum(sub["num_workers"] for sub in plan["subcollectors"])
-    rows = []
-    for row in plan["subcollectors"][index]["workers"]:
-        seed = restart_seed(row["seed"], restart, n)
-        rows.append({**row, "seed": seed, "kwargs": _reseeded(row["kwargs"], seed)})
-    return rows
-
-
-def life_plan(plan: dict, life: int) -> dict:
-    """``plan`` with every subcollector's rows as worker life ``life`` runs them (a resumed run's first start);
-    ``plan`` itself for life 0."""
-    if not life:
-        return plan
-    subs = [{**sub, "workers": restart_rows(plan, sub["index"], life)} for sub in plan["subcollectors"]]
-    return {**plan, "subcollectors": subs}
-
-
-def _reseeded(kwargs: dict, seed: int | None) -> dict:
-    """A row's ``create_env_kwargs`` with ``seed``: applied by ``set_seed``, and passed to a user factory
-    as its ``seed`` argument too (:mod:`topo.backends.callable` puts it there)."""
-    out = {**kwargs, "seed": seed}
-    env = out.get("env")
-    inner = env.get("kwargs") if isinstance(env, dict) else None
-    if isinstance(inner, dict) and "seed" in inner:
-        out["env"] = {**env, "kwargs": {**inner, "seed": seed}}
-    return out
 
 
 class Budget:

@@ -16,7 +16,7 @@ from topo.runtime import heartbeat
 from topo.compiler.plan import engine
 from topo.runtime.rundir import HOST, RunDir
 from topo.launch.supervision.processes import Death
-from topo.launch.supervision.restarts import life_plan
+from topo.launch.supervision.lives import life_plan
 from topo.compiler.row import Row
 
 
