@@ -13,6 +13,7 @@ within the blob), so a blob from elsewhere is data and nothing else; what it can
 """
 from __future__ import annotations
 
+import functools
 import json
 import struct
 from typing import Any
@@ -36,7 +37,7 @@ def encode(value: Any) -> bytes:
     """``value`` as bytes :func:`decode` reads back equal (arrays by dtype, shape and bytes)."""
     raw: list[bytes] = []
     tree = _data(value, 0, raw, [0])
-    return b"".join([MAGIC, json.dumps(tree, separators=(",", ":")).encode(), b"\n", *raw])
+    return b"".join([MAGIC, _JSON.encode(tree).encode(), b"\n", *raw])
 
 
 def decode(blob: bytes, limit: int) -> Any:
@@ -61,6 +62,7 @@ def decode(blob: bytes, limit: int) -> Any:
     return _value(tree, 0, memoryview(blob)[end + 1:])
 
 
+_JSON = json.JSONEncoder(separators=(",", ":"), check_circular=False)  # made once; the tree is acyclic (built here)
 _PLAIN = {type(None), bool, int, float, str}
 _INTS = {int}
 _MIN_INTS = 16  # a tuple of at least this many ints is written as bytes (random's state: 625)
@@ -68,12 +70,14 @@ _INT_FORMATS = ("I", "q")  # uint32, else int64 (little-endian)
 
 
 def _data(value: Any, depth: int, raw: list[bytes], at: list[int]) -> Any:
-    """The JSON of ``value``; its arrays' bytes appended to ``raw``, ``at[0]`` their end so far."""
+    """The JSON of ``value``; its arrays' bytes appended to ``raw``, ``at[0]`` their end so far. Plain items of a
+    container are taken as they are, without a call (most of a seed state: an env's counters and flags)."""
     kind = type(value)
     if kind in _PLAIN:
         return value
     if depth > MAX_DEPTH:
         raise Unencodable(f"nested more than {MAX_DEPTH} levels deep")
+    depth += 1
     if kind is tuple:
         if len(value) >= _MIN_INTS and set(map(type, value)) == _INTS:
             for code in _INT_FORMATS:
@@ -81,18 +85,18 @@ def _data(value: Any, depth: int, raw: list[bytes], at: list[int]) -> Any:
                     return {"i": [code, len(value), _put(struct.pack(f"<{len(value)}{code}", *value), raw, at)]}
                 except struct.error:  # past this format's range: the next one, or a plain tuple
                     continue
-        return {"t": [_data(v, depth + 1, raw, at) for v in value]}
+        return {"t": [v if type(v) in _PLAIN else _data(v, depth, raw, at) for v in value]}
     if kind is dict:
         if not all(type(k) is str for k in value):
             raise Unencodable("a dict whose keys are not all str")
-        return {"d": {k: _data(v, depth + 1, raw, at) for k, v in value.items()}}
+        return {"d": {k: v if type(v) in _PLAIN else _data(v, depth, raw, at) for k, v in value.items()}}
     if kind is list:
-        return [_data(v, depth + 1, raw, at) for v in value]
-    if isinstance(value, (np.ndarray, np.generic)):
+        return [v if type(v) in _PLAIN else _data(v, depth, raw, at) for v in value]
+    if kind is np.ndarray or isinstance(value, (np.ndarray, np.generic)):
         array = np.asarray(value)
         if array.dtype.kind not in _KINDS or array.dtype.fields is not None:
             raise Unencodable(f"a numpy array of dtype {array.dtype}")
-        cell = [array.dtype.str, list(array.shape), _put(np.ascontiguousarray(array).tobytes(), raw, at)]
+        cell = [array.dtype.str, list(array.shape), _put(array.tobytes(), raw, at)]
         return {"a": cell} if isinstance(value, np.ndarray) else {"n": cell}
     raise Unencodable(f"a {kind.__module__}.{kind.__qualname__}")
 
@@ -106,17 +110,19 @@ def _put(data: bytes, raw: list[bytes], at: list[int]) -> int:
 def _value(tree: Any, depth: int, raw: memoryview) -> Any:
     if depth > MAX_DEPTH:
         raise NotAState(f"nested more than {MAX_DEPTH} levels deep")
-    if tree is None or type(tree) in (bool, int, float, str):
+    kind = type(tree)
+    if kind in _PLAIN:
         return tree
-    if type(tree) is list:
-        return [_value(v, depth + 1, raw) for v in tree]
-    if type(tree) is not dict or len(tree) != 1:
-        raise NotAState(f"a {type(tree).__name__} where a value was expected")
+    depth += 1
+    if kind is list:
+        return [v if type(v) in _PLAIN else _value(v, depth, raw) for v in tree]
+    if kind is not dict or len(tree) != 1:
+        raise NotAState(f"a {kind.__name__} where a value was expected")
     (tag, inner), = tree.items()
     if tag == "t" and type(inner) is list:
-        return tuple(_value(v, depth + 1, raw) for v in inner)
+        return tuple([v if type(v) in _PLAIN else _value(v, depth, raw) for v in inner])
     if tag == "d" and type(inner) is dict:
-        return {k: _value(v, depth + 1, raw) for k, v in inner.items()}
+        return {k: v if type(v) in _PLAIN else _value(v, depth, raw) for k, v in inner.items()}
     if tag == "i" and type(inner) is list and len(inner) == 3 and inner[0] in _INT_FORMATS \
             and all(type(n) is int and n >= 0 for n in inner[1:]):
         code, n, offset = inner
@@ -134,12 +140,7 @@ def _array(cell: Any, raw: memoryview) -> np.ndarray:
     if type(cell) is not list or len(cell) != 3 or type(cell[0]) is not str or type(cell[2]) is not int \
             or type(cell[1]) is not list or not all(type(n) is int and 0 <= n for n in cell[1]) or cell[2] < 0:
         raise NotAState("an array that is not [dtype, shape, offset]")
-    try:
-        dtype = np.dtype(cell[0])
-    except TypeError:
-        raise NotAState(f"an array of an unknown dtype {cell[0]!r}") from None
-    if dtype.kind not in _KINDS or dtype.fields is not None:
-        raise NotAState(f"an array of dtype {dtype} (only numbers are read)")
+    dtype = _dtype(cell[0])
     size = dtype.itemsize
     for n in cell[1]:
         size *= n
@@ -147,3 +148,15 @@ def _array(cell: Any, raw: memoryview) -> np.ndarray:
         raise NotAState(f"an array of shape {cell[1]} and dtype {dtype} ({size:,} bytes at {cell[2]:,}) past the "
                         f"{len(raw):,} bytes the blob holds")
     return np.frombuffer(raw[cell[2]:cell[2] + size], dtype=dtype).reshape(cell[1]).copy()
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype(name: str) -> np.dtype:
+    """The numeric dtype ``name`` names (read once: a seed state holds a few, every array names one)."""
+    try:
+        dtype = np.dtype(name)
+    except TypeError:
+        raise NotAState(f"an array of an unknown dtype {name!r}") from None
+    if dtype.kind not in _KINDS or dtype.fields is not None:
+        raise NotAState(f"an array of dtype {dtype} (only numbers are read)")
+    return dtype
