@@ -6,15 +6,19 @@
 One env, built here as its worker builds it (row 0 of provenance_cost.py's spec), reset ``--resets`` times
 with a few random steps between; at each reset its seed state is taken once (:func:`seed_state`) and every
 part encoded both ways, in alternating order: ``pickle`` (the old encoding, reproduced here: torch's state as
-raw bytes, the rest ``pickle.dumps``) and ``data`` (:func:`topo.envs.recording.encode`), then read back
-(``pickle.loads`` against :func:`decode_seed_state`). A worker encodes a part only when it changed since its
-last reset, so these figures are the most a reset can cost. Medians in microseconds; bytes as written to the
-record (base64). Results: ``benchmarks/results/seed_state_codec_<env>.json``.
+raw bytes, the rest ``pickle.dumps``) and ``data`` (:func:`topo.envs.recording.encode`). Per reset, medians in
+microseconds: ``encode_us`` the encoding alone; ``record_us`` what the worker pays for the parts it records
+(encode, digest, compress, base64: ``LifeWriter``), the figure the run feels; ``decode_us`` the decoding alone
+(``pickle.loads`` against :func:`decode_seed_state`) and ``read_us`` with the inflating before it, what
+``topo replay`` pays once per episode. A worker records a part only when it changed since its last reset, so
+these are the most a reset can cost. ``bytes``: as written to the record (base64 of the compressed blob).
+Results: ``benchmarks/results/seed_state_codec_<env>.json``.
 """
 from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import json
 import os
 import pickle
@@ -56,31 +60,44 @@ def build(env_name: str):
 def measure(env_name: str, resets: int, steps: int) -> dict:
     from torchrl.envs.utils import step_mdp
 
-    from topo.envs.recording import decode_seed_state, encode, seed_state, state_names
+    from topo.envs.recording import compressed, decode_seed_state, encode, seed_state, state_names
+    from topo.runtime.episodes import blob_bytes
 
     env = build(env_name)
     env.reset()
     names = state_names(env)
-    per = {codec: {"encode_us": [], "decode_us": [], "bytes": []} for codec in ("pickle", "data")}
+    keys = ("encode_us", "record_us", "decode_us", "read_us", "bytes")
+    per = {codec: {key: [] for key in keys} for codec in ("pickle", "data")}
     parts_bytes: dict[str, dict[str, int]] = {"pickle": {}, "data": {}}
     take_us = []
     for r in range(resets):
         started = time.perf_counter()
         state = seed_state(env, names)
         take_us.append((time.perf_counter() - started) * 1e6)
-        order = ("pickle", "data") if r % 2 == 0 else ("data", "pickle")
-        for codec in order:
+        for codec in ("pickle", "data") if r % 2 == 0 else ("data", "pickle"):
+            write = _old if codec == "pickle" else encode
             started = time.perf_counter()
-            blobs = {name: (_old if codec == "pickle" else encode)(name, value) for name, value in state.items()}
-            per[codec]["encode_us"].append((time.perf_counter() - started) * 1e6)
-            per[codec]["bytes"].append(sum(len(base64.b64encode(b)) for b in blobs.values()))
-            parts_bytes[codec] = {name: len(base64.b64encode(b)) for name, b in blobs.items()}
+            blobs = {name: write(name, value) for name, value in state.items()}
+            encoded = time.perf_counter()
+            texts = {}
+            for name, blob in blobs.items():  # as a worker records a part that changed (LifeWriter)
+                hashlib.blake2b(blob, digest_size=16).hexdigest()
+                texts[name] = base64.b64encode(compressed(blob)).decode()
+            recorded = time.perf_counter()
+            per[codec]["encode_us"].append((encoded - started) * 1e6)
+            per[codec]["record_us"].append((recorded - started) * 1e6)
+            parts_bytes[codec] = {name: len(text) for name, text in texts.items()}
+            per[codec]["bytes"].append(sum(parts_bytes[codec].values()))
             started = time.perf_counter()
+            read = {name: blob_bytes(text) for name, text in texts.items()}  # as replay reads them back
+            inflated = time.perf_counter()
             if codec == "pickle":
-                {name: _old_read(name, blob) for name, blob in blobs.items()}
+                {name: _old_read(name, blob) for name, blob in read.items()}
             else:
-                decode_seed_state(blobs)
-            per[codec]["decode_us"].append((time.perf_counter() - started) * 1e6)
+                decode_seed_state(read)
+            done = time.perf_counter()
+            per[codec]["decode_us"].append((done - inflated) * 1e6)
+            per[codec]["read_us"].append((done - started) * 1e6)
         td = env.reset()
         for _ in range(steps):
             td = env.rand_step(td)
@@ -88,13 +105,10 @@ def measure(env_name: str, resets: int, steps: int) -> dict:
                 break
             td = step_mdp(td)
     env.close()
-    summary = {codec: {"encode_us_median": round(statistics.median(v["encode_us"]), 1),
-                       "decode_us_median": round(statistics.median(v["decode_us"]), 1),
-                       "bytes_median": statistics.median(v["bytes"]), "bytes_by_part": parts_bytes[codec]}
-               for codec, v in per.items()}
+    summary = {codec: {**{key + "_median": round(statistics.median(v[key]), 1) for key in keys},
+                       "bytes_by_part": parts_bytes[codec]} for codec, v in per.items()}
     summary["ratio_data_over_pickle"] = {
-        key: round(summary["data"][key + "_median"] / summary["pickle"][key + "_median"], 3)
-        for key in ("encode_us", "decode_us", "bytes")}
+        key: round(summary["data"][key + "_median"] / summary["pickle"][key + "_median"], 3) for key in keys}
     return {"take_seed_state_us_median": round(statistics.median(take_us), 1), **summary}
 
 
