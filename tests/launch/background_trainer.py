@@ -52,6 +52,7 @@ def main() -> None:
         with run:
             emit(event="ready", run_dir=run.run_dir)
             run.collector.start()
+            rollout = run.collector.frames_per_batch_worker(worker_idx=0)  # frames of one subcollector's rollout
             for i in range(args.iterations):
                 began = rows_arrived(buffer, args.rows, i, WAIT_S)
                 if began is None:
@@ -71,6 +72,7 @@ def main() -> None:
                     victim = worker_pid(run, 1, 1)
                     os.kill(victim, signal.SIGKILL if args.then == "kill-worker" else signal.SIGSTOP)
                     emit(event="faulted", pid=victim, how=args.then)
+        emit(event="written", frames=int(buffer[: len(buffer)].numel()) if len(buffer) else 0, rollout=rollout)
     except LaunchError as exc:
         emit(event="launch-error", message=str(exc), subcollector=exc.subcollector, worker=exc.worker)
     finally:

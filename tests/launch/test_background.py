@@ -42,6 +42,17 @@ def test_the_buffer_fills_in_the_background_with_each_pushed_version(tmp_path):
     assert_nothing_left(report, t_end)
 
 
+def test_a_pause_keeps_the_rollout_each_subcollector_had_in_flight(tmp_path):
+    """torchrl's loop drops the rollout a subcollector just made when a message waits for it; for a pause, that
+    threw away one rollout per subcollector at every pause. Now every frame the workers stepped is in the buffer,
+    but for the rollouts in flight when the run shut down (at most one per subcollector)."""
+    events, report, _ = background(tmp_path, "--iterations", 6)
+    (written,) = of(events, "written")
+    stepped = sum(sub["env_step_ms"]["count"] for sub in report["time_breakdown"]["subcollectors"])
+    assert len(of(events, "iteration")) == 6 and written["frames"] >= 6 * 64
+    assert 0 <= stepped - written["frames"] <= 2 * written["rollout"], (stepped, written)
+
+
 @pytest.mark.parametrize("fault,kind", [("kill-worker", "worker-died"), ("stop-worker", "worker-hung")])
 def test_a_worker_killed_or_hung_in_the_background_restarts_from_its_row_and_the_buffer_keeps_filling(
         tmp_path, fault, kind):

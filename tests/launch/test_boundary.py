@@ -105,3 +105,25 @@ def test_the_boundary_imports_no_torch():
     code = "import sys, topo.launch.boundary as b; b.features_of; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_a_pause_waiting_after_a_rollout_is_held_back_until_the_loops_next_poll():
+    """torchrl's loop polls for _MIN_TIMEOUT after each rollout and drops it when a message waits: a pause is held
+    back from that poll (the rollout goes to the buffer) and given at the next one; other messages are not."""
+    import multiprocessing
+
+    from torchrl.collectors._constants import _MIN_TIMEOUT
+
+    parent, child = multiprocessing.Pipe()
+    pipe = boundary.KeepingPipe(child)
+    assert pipe.poll(_MIN_TIMEOUT) is False  # nothing waits
+    parent.send((None, "pause"))
+    assert pipe.poll(_MIN_TIMEOUT) is False  # after the rollout: kept
+    assert pipe.poll(1e-4) is True and pipe.recv() == (None, "pause")  # at the loop's top: paused
+    assert pipe.poll(1e-4) is False
+    parent.send((None, "update"))
+    assert pipe.poll(_MIN_TIMEOUT) is True and pipe.recv() == (None, "update")  # the rollout dropped, as torchrl does
+    parent.send((None, "restart"))
+    assert pipe.poll(1e-2) is True and pipe.recv() == (None, "restart")
+    pipe.send(("j", "updated"))  # the pipe's other methods are the pipe's
+    assert parent.recv() == ("j", "updated")

@@ -20,7 +20,8 @@ subcollectors, not what torchrl does with them:
 - in the background (``start()``: the subcollectors run free, filling the shared replay buffer, and the trainer
   never asks for a batch), a thread of topo's checks them as the iterator would, and sets a restarted one
   running free; :meth:`pause` is torchrl's pause for subcollectors that may die or restart meanwhile (a restart
-  begun during a pause starts paused and runs free again when the pause ends).
+  begun during a pause starts paused and runs free again when the pause ends), and one that keeps the rollout each
+  subcollector has in flight, which torchrl's drops (:class:`~topo.launch.boundary.KeepingPipe`).
 
 The contract (the batch in flight): sync, the batch being gathered waits for the restarted
 subcollector's first rollout and has every subcollector, as always; what a subcollector delivered
