@@ -4,15 +4,19 @@ or hung meanwhile is named with its row and its subcollector restarted; the buff
 weights; nothing is left."""
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import time
 
 import pytest
 
-from tests.launch.launch_helpers import HANG_GUARD_S, HERE, subprocess_env, toy_spec, write
+from topo.runtime.rundir import RunDir
+
+from tests.launch.launch_helpers import HANG_GUARD_S, HERE, alive, subprocess_env, toy_spec, wait_for, write
 from tests.launch.script_events import parse
-from tests.launch.test_restarts import assert_nothing_left, of
+from tests.launch.test_restarts import _event, _of_run, assert_nothing_left, of
 
 pytestmark = pytest.mark.slow
 
@@ -69,3 +73,25 @@ def test_a_worker_killed_or_hung_in_the_background_restarts_from_its_row_and_the
     assert iterations[-1]["restarts"] == [[1, "collecting"]]  # the restarted subcollector fills the buffer too
     assert iterations[-1]["versions"][-1] >= 3
     assert_nothing_left(report, t_end)
+
+
+def test_a_sigkilled_trainer_collecting_in_the_background_leaves_no_process(tmp_path):
+    """The trainer dies while its subcollectors run free (after a pause and a push): the watcher ends them all."""
+    spec = write(tmp_path / "toy.yaml", toy_spec(2, 2))
+    proc = subprocess.Popen([sys.executable, str(HERE / "background_trainer.py"), str(spec), str(tmp_path / "report"),
+                             "--iterations", str(10**9)], env=subprocess_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        run_dir = _event(proc, "ready")["run_dir"]
+        _event(proc, "iteration")  # paused, pushed, running free again
+        named = {m["pid"] for m in RunDir(run_dir).read_all("markers") if "pid" in m}
+        ours = _of_run(run_dir)
+        assert len(named) >= 2 + 4 and named <= set(ours)  # two subcollectors and four env workers at least
+    finally:
+        proc.kill()
+        proc.wait()
+    wait_for(lambda: os.path.exists(os.path.join(run_dir, "watcher.json")), timeout=60, what="the watcher's record")
+    record = json.loads(open(os.path.join(run_dir, "watcher.json")).read())
+    assert record["left"] == [] and named <= set(record["terminated"])
+    wait_for(lambda: not _of_run(run_dir), timeout=30, what="every process of the run to be gone, by environment")
+    assert alive(set(ours), time.time()) == []
