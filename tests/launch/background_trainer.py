@@ -3,7 +3,8 @@
 The collector fills a shared replay buffer in the background (``run.collector.start()``); each iteration waits
 until the buffer holds ``--rows`` more rows, then updates inside ``with run.collector.pause():``, pushing the
 policy's weights. One JSON line per event on stdout. ``--then kill-worker`` SIGKILLs env worker 1 of
-subcollector 1 after iteration ``--at``; ``--then stop-worker`` SIGSTOPs it (a hang).
+subcollector 1 after iteration ``--at``; ``--then stop-worker`` SIGSTOPs it (a hang). ``--placement server``: the
+policy on topo's inference server (the recipe's way), synced in each pause.
 """
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ def main() -> None:
     parser.add_argument("--hang-timeout", type=float, default=None)
     parser.add_argument("--then", choices=["kill-worker", "stop-worker"], default=None)
     parser.add_argument("--at", type=int, default=1)
+    parser.add_argument("--placement", choices=["subcollector", "server"], default="subcollector")
+    parser.add_argument("--until-collecting", action="store_true",
+                        help="past --iterations, go on until a restart was made and every one collects (at most "
+                             "WAIT_S)")
     args = parser.parse_args()
 
     import torch
@@ -40,7 +45,7 @@ def main() -> None:
 
     plan = topo.compile_spec(args.spec)
     kwargs = {"action_dim": 4, "image_size": 16, "state_dim": 8}
-    plan["policy"] = {"factory": "topo.policies.tinyvla:make", "kwargs": kwargs, "placement": "subcollector",
+    plan["policy"] = {"factory": "topo.policies.tinyvla:make", "kwargs": kwargs, "placement": args.placement,
                       "device": None, "weight_sync": "shared_mem"}
     plan["launch"]["restarts"] = {"max": args.restarts, "window": None}
     if args.hang_timeout is not None:
@@ -53,7 +58,9 @@ def main() -> None:
             emit(event="ready", run_dir=run.run_dir)
             run.collector.start()
             rollout = run.collector.frames_per_batch_worker(worker_idx=0)  # frames of one subcollector's rollout
-            for i in range(args.iterations):
+            i, deadline = 0, time.monotonic() + WAIT_S
+            while i < args.iterations or (args.until_collecting and time.monotonic() < deadline and (
+                    not run.restarts or any(r["outcome"] != "collecting" for r in run.restarts))):
                 began = rows_arrived(buffer, args.rows, i, WAIT_S)
                 if began is None:
                     return
@@ -72,6 +79,7 @@ def main() -> None:
                     victim = worker_pid(run, 1, 1)
                     os.kill(victim, signal.SIGKILL if args.then == "kill-worker" else signal.SIGSTOP)
                     emit(event="faulted", pid=victim, how=args.then)
+                i += 1
         emit(event="written", frames=int(buffer[: len(buffer)].numel()) if len(buffer) else 0, rollout=rollout)
     except LaunchError as exc:
         emit(event="launch-error", message=str(exc), subcollector=exc.subcollector, worker=exc.worker)
