@@ -92,7 +92,7 @@ def _data(value: Any, depth: int, raw: list[bytes], at: list[int]) -> Any:
         return {"d": {k: v if type(v) in _PLAIN else _data(v, depth, raw, at) for k, v in value.items()}}
     if kind is list:
         return [v if type(v) in _PLAIN else _data(v, depth, raw, at) for v in value]
-    if kind is np.ndarray or isinstance(value, (np.ndarray, np.generic)):
+    if isinstance(value, (np.ndarray, np.generic)):
         array = np.asarray(value)
         if array.dtype.kind not in _KINDS or array.dtype.fields is not None:
             raise Unencodable(f"a numpy array of dtype {array.dtype}")

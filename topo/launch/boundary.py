@@ -238,7 +238,9 @@ def support(features: tuple[str, ...] = FEATURES) -> Support:
 @contextlib.contextmanager
 def recording_processes(made: list[tuple[Any, dict]]) -> Iterator[None]:
     """While the ``with`` block runs, torchrl's subcollector processes are made as usual and each one's class
-    and keyword arguments appended to ``made`` (Python forgets a started process's arguments)."""
+    and keyword arguments appended to ``made`` (Python forgets a started process's arguments); one that fills a
+    replay buffer runs torchrl's loop through :func:`run_keeping_rollouts` (so does its restart, made from
+    ``made``)."""
     from torchrl.collectors import _multi_base
 
     original = _multi_base._make_process_no_warn_cls
@@ -280,17 +282,18 @@ class KeepingPipe:
     read as torchrl reads it."""
 
     def __init__(self, pipe: Any):
+        from torchrl.collectors._constants import _MIN_TIMEOUT
+
         self._pipe = pipe
         self._held: Any = None
+        self._after_rollout = _MIN_TIMEOUT  # the timeout of the loop's one poll after a rollout
 
     def poll(self, timeout: float | None = 0.0) -> bool:
         if self._held is not None:
             return True
         if not self._pipe.poll(timeout):
             return False
-        from torchrl.collectors._constants import _MIN_TIMEOUT
-
-        if timeout != _MIN_TIMEOUT:
+        if timeout != self._after_rollout:
             return True
         self._held = self._pipe.recv()
         return not (isinstance(self._held, tuple) and len(self._held) == 2 and self._held[1] == "pause")
