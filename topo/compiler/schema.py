@@ -139,8 +139,17 @@ def _one_of(err, path) -> Diagnostic:
         if sub_err.validator not in ("type", "const", "oneOf"):
             inner = _diagnostics(sub_err)
             if inner:
-                return inner[0]
+                return inner[0] if inner[0].hint else replace(inner[0], hint=_null_means(err))
     return error("schema-type", f"expected {' or '.join(forms)}, got {_describe(err.instance)}", path)
+
+
+def _null_means(err) -> str | None:
+    """For a key that may also be null: what null means, from its description (``Absent or null (the default):
+    every episode is kept.``): the hint for a value out of range."""
+    if not any(sub.get("type") == "null" for sub in err.validator_value):
+        return None
+    said = next((s.strip() for s in str(err.schema.get("description", "")).split(". ") if "null" in s), None)
+    return said.rstrip('.') if said else None
 
 
 def _form(sub: dict) -> str:
