@@ -6,7 +6,7 @@ import os
 import time
 import traceback
 
-from topo.runtime import gl, heartbeat
+from topo.runtime import gl, heartbeat, tracked
 from topo.runtime.builder import import_builder
 from topo.runtime.episodes import RECORD_VAR, RETAIN_VAR
 from topo.runtime.rundir import RunDir, eval_round, record_close, restart_number
@@ -38,6 +38,7 @@ def make_env(*, builder: str, env: dict, seed: int | None = None, render_gpu: in
     if run is None:
         return build()
     where = dict(worker or {})
+    tracked.keep(run.path)
     with run.start_slot():
         run.marker("started", worker=where, inherited_gl=inherited_gl)
         started = time.monotonic()

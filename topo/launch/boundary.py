@@ -13,12 +13,17 @@ any other torchrl from :data:`MINIMUM` on runs when its names check out, with a 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import importlib.metadata
 import inspect
 import re
+import sys
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Iterator
+
+from topo.runtime.rundir import RunDir
 
 #: torchrl versions the test suite ran against: version -> what was run (README: "torchrl versions")
 TESTED = {"0.14.1": "the full suite", "2026.10.27": "torchrl-nightly: scripts/torchrl-nightly"}
@@ -240,7 +245,7 @@ def recording_processes(made: list[tuple[Any, dict]]) -> Iterator[None]:
     """While the ``with`` block runs, torchrl's subcollector processes are made as usual and each one's class
     and keyword arguments appended to ``made`` (Python forgets a started process's arguments); one that fills a
     replay buffer runs torchrl's loop through :func:`run_keeping_rollouts` (so does its restart, made from
-    ``made``)."""
+    ``made``); every one runs it through :func:`run_subcollector`."""
     from torchrl.collectors import _multi_base
 
     original = _multi_base._make_process_no_warn_cls
@@ -252,6 +257,7 @@ def recording_processes(made: list[tuple[Any, dict]]) -> Iterator[None]:
             if (kwargs.get("kwargs") or {}).get("replay_buffer") is not None and \
                     support(("background-pause",)).ok("background-pause"):
                 kwargs["target"] = run_keeping_rollouts  # it can run free, filling the buffer: start(), pause()
+            kwargs["target"] = functools.partial(run_subcollector, kwargs["target"])
             made.append((cls, kwargs))
             return cls(**kwargs)
 
@@ -262,6 +268,31 @@ def recording_processes(made: list[tuple[Any, dict]]) -> Iterator[None]:
         yield
     finally:
         _multi_base._make_process_no_warn_cls = original
+
+
+def run_subcollector(target, *args, **kwargs) -> None:
+    """A subcollector process: torchrl's loop ``target``. When the loop raises because one of its env workers died
+    (its pipe reset or closed, or torchrl's "At least one process failed"), the trainer already names that death
+    and restarts or fails the run from it: the loop's traceback goes to ``RUN_DIR/tracebacks/``, not to the
+    terminal, and the process exits 1, as it would have."""
+    try:
+        target(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - re-raised unless it is a worker's death
+        run = RunDir.current()
+        if run is None or not _after_a_worker_died(exc):
+            raise
+        run.write("tracebacks", "subcollector", traceback=traceback.format_exc())
+        sys.exit(1)
+
+
+def _after_a_worker_died(exc: BaseException | None) -> bool:
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, (ConnectionResetError, BrokenPipeError, EOFError)) or \
+                (isinstance(exc, RuntimeError) and str(exc).startswith("At least one process failed")):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def run_keeping_rollouts(*args, **kwargs) -> None:

@@ -11,7 +11,7 @@ import multiprocessing
 import os
 from typing import Any
 
-from topo.runtime import heartbeat
+from topo.runtime import heartbeat, tracked
 from topo.runtime.rundir import RunDir
 from topo import seeding
 from topo.launch import observe
@@ -40,6 +40,7 @@ def subcollector_env(index: int, rows: list[Row], start_method: str, launch: dic
     if run is not None:
         if os.getpid() != os.getpgid(0):
             os.setpgid(0, 0)
+        tracked.keep(run.path)
         run.marker("subcollector", index=index, start_method=multiprocessing.get_start_method())
         heartbeat.open_subcollector(run, index, len(rows))
     if start_method == "forkserver" and launch.get("preload"):

@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Callable
 
-from topo.runtime import heartbeat
+from topo.runtime import heartbeat, tracked
 from topo.launch.supervision.stall_watch import StallWatch
 from topo.compiler.plan import engine
 from topo.launch.supervision import failure, processes, restarts
@@ -77,6 +77,7 @@ class Monitor:
             state = self.state
             for death in deaths:
                 state.record_death(death)
+                tracked.release(state.run.path, death.pid)  # what it held in /dev/shm, unlinked at once
             state.update()
             for pid, alive_at in state.pids_to_watch():
                 self._watch.add(pid, alive_at)

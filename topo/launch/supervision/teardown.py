@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from topo.launch.supervision import processes
+from topo.runtime import tracked
 
 #: seconds per stage after the graceful one
 STAGES_S = {"server": 3.0, "exit": 5.0, "terminate": 3.0, "kill": 2.0, "watcher": 5.0}
@@ -100,6 +101,7 @@ def run(record: Record, deadline: Deadline, *, run_path: str, trainer: int, grac
         record.left_behind = sorted(p.pid for p in left)
         record.killed += end(left, deadline)
         record.alive_after = sorted(p.pid for p in ours())
+        tracked.release_all(run_path)  # what the dead registered with the tracker, before it reports it leaked
         record.watcher_exit = stop_watcher(watcher, deadline.left("watcher"))
         record.finished = time.time()
 

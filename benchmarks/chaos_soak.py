@@ -1,0 +1,433 @@
+"""A chaos soak: a training run under faults injected at random for a long time. Is every fault found, named
+and recovered, does every batch arrive, is every lost frame accounted for, does nothing grow, is nothing left?
+
+    python benchmarks/chaos_soak.py                                      # toy 4 x 16 (64 workers), 30 min
+    python benchmarks/chaos_soak.py --env libero --topology 2x4          # real LIBERO 2 x 4, 30 min
+    python benchmarks/chaos_soak.py --topology 2x2 --minutes 1.5 --mean-gap 6 --out /tmp/soak.json  # short
+
+The training run (this file with ``--trainer``, in its own process, its stderr kept) is a GRPO-shaped loop on
+real torchrl processes: TinyVLA in each subcollector, sync batches, one optimizer step and ``update_weights`` a
+batch, ``launch.restarts``, ``launch.hang_timeout``, ``launch.recycle.max_rss_gb`` and
+``launch.retain_episodes`` set as a run of days would set them. A seeded injector thread waits a random time
+(exponential, ``--mean-gap`` seconds), picks a fault and a subcollector that is collecting and has no fault
+pending (so several subcollectors can be recovering at once), and injects one of:
+
+- ``kill-worker``: SIGKILL an env worker;
+- ``hang-worker``: SIGSTOP an env worker (its step never returns: a hang, found by ``hang_timeout``);
+- ``leak-worker``: SIGUSR2 to an env worker, which then holds 32 MB more every half second
+  (``benchmarks/soak_hooks/sitecustomize.py``, on the run's PYTHONPATH: the env and the spec are not touched);
+- ``kill-subcollector``: SIGKILL a subcollector process.
+
+Injection stops ``--settle`` seconds before the end, so the last fault recovers before the run ends. Every
+``--sample-s`` seconds the trainer records the RSS and open fds of itself and of each subcollector, the env
+workers' RSS, the run directory's size, and ``/dev/shm``. At the end the trainer reads each worker life's step
+count from its heartbeat file and the frames each life delivered (from the batches' episode ids), and the
+driver (this process) looks for what the run left: processes whose environment names its run directory, new
+``/dev/shm`` segments and semaphores, and tracebacks or "leaked" warnings on the trainer's stderr.
+
+Checks (``checks`` in the JSON, exit 1 when one fails): each fault found by a restart or recycle of its
+subcollector that names it (the worker and pid; the subcollector for a subcollector kill), each recovered
+(collecting again); every batch full; the frames a worker life stepped and no batch holds are at most the one
+rollout it was collecting when its life ended (named by that restart or recycle, or by the run's end); RSS and
+fds of the trainer and subcollectors flat within 10 % after warm-up (medians of the first and last fifth of the
+samples after ``--warmup`` of the run); nothing left. Results: ``benchmarks/results/chaos_soak_<env>.json`` and,
+with matplotlib, ``chaos_soak_<env>.png``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+HOOKS = os.path.join(HERE, "soak_hooks")
+KINDS = ("kill-worker", "hang-worker", "leak-worker", "kill-subcollector")
+POLICY = {"toy": {"action_dim": 4, "image_size": 16, "state_dim": 8},
+          "libero": {"action_dim": 7, "image_size": 64, "state_dim": 9}}
+# per env: rollout steps per worker a batch, hang timeout (s), a worker's RSS budget (GB), leak per half second (MB)
+SHAPE = {"toy": {"steps": 8, "hang_timeout": 15, "max_rss_gb": 0.6, "leak_mb": 32},
+         "libero": {"steps": 8, "hang_timeout": 60, "max_rss_gb": 2.6, "leak_mb": 64}}
+
+
+def spec(env: str, subcollectors: int, workers: int) -> dict:
+    n, shape = subcollectors * workers, SHAPE[env]
+    if env == "toy":
+        env_section = {"backend": "toy", "kwargs": {"success_steps": 6, "state_dim": 8}}
+        assignment = {"tasks": "0-3", "instructions": {0: "push left", 1: "push right", 2: "lift", 3: "place"},
+                      "groups": {"size": 2}, "seeds": {"base": 0}}
+    else:
+        env_section = {"backend": "libero", "kwargs": {
+            "task_suite": "libero_spatial", "camera_height": 64, "camera_width": 64, "max_episode_steps": 64,
+            "env_kwargs": {"hard_reset": False, "camera_names": ["agentview"]}}}
+        assignment = {"tasks": f"0-{min(n, 10) - 1}", "init_states": {"mode": "cycle"}, "seeds": {"base": 0}}
+    return {"version": 1, "name": f"chaos-soak-{env}-{subcollectors}x{workers}", "env": env_section,
+            "topology": {"subcollectors": subcollectors, "workers_per_subcollector": workers},
+            "assignment": assignment,
+            "policy": {"factory": "topo.policies.tinyvla:make", "kwargs": POLICY[env], "placement": "subcollector"},
+            "collector": {"frames_per_batch": n * shape["steps"]},
+            "launch": {"startup_timeout": 900, "restarts": {"max": 10000}, "hang_timeout": shape["hang_timeout"],
+                       "recycle": {"max_rss_gb": shape["max_rss_gb"], "check_every": 1},
+                       "retain_episodes": 50}}
+
+
+# -- the trainer (its own process) --------------------------------------------------------------------------------
+class Injector(threading.Thread):
+    """Injects faults into a running ``run`` at random times until ``stop_at`` (monotonic)."""
+
+    def __init__(self, run, rng: random.Random, mean_gap: float, stop_at: float, kinds: tuple[str, ...]):
+        super().__init__(name="soak-injector", daemon=True)
+        self.soaked, self.rng, self.mean_gap, self.stop_at, self.kinds = run, rng, mean_gap, stop_at, kinds
+        self.faults: list[dict] = []
+        self.halt = threading.Event()
+
+    def events(self, c: int) -> list[dict]:
+        """Restarts and recycles of subcollector ``c`` so far, in order."""
+        return sorted([e for e in self.soaked.restarts + self.soaked.recycles if e["subcollector"] == c],
+                      key=lambda e: e["decided_s"])
+
+    def free(self) -> list[int]:
+        """Subcollectors collecting, with no fault pending: the faults before on them each found and recovered."""
+        out = []
+        for c in self.soaked.state.subcollectors:
+            seen = self.events(c)
+            pending = [f for f in self.faults if f["subcollector"] == c and len(seen) <= f["events_before"]]
+            if not pending and (not seen or seen[-1]["outcome"] == "collecting"):
+                out.append(c)
+        return out
+
+    def run(self) -> None:
+        while not self.halt.wait(self.rng.expovariate(1 / self.mean_gap)):
+            if time.monotonic() >= self.stop_at:
+                return
+            free = self.free()
+            while not free and not self.halt.wait(0.5):
+                free = self.free()
+            if not free or time.monotonic() >= self.stop_at:
+                return
+            self.inject(self.rng.choice(self.kinds), self.rng.choice(free))
+
+    def inject(self, kind: str, c: int) -> None:
+        state = self.soaked.state
+        w = self.rng.randrange(len([1 for (s, _) in state.workers if s == c]))
+        worker = state.workers[(c, w)]
+        pid = state.subcollectors[c].pid if kind == "kill-subcollector" else worker.pid
+        fault = {"kind": kind, "subcollector": c, "worker": None if kind == "kill-subcollector" else w,
+                 "global_index": None if kind == "kill-subcollector" else worker.row["global_index"], "pid": pid,
+                 "life": state.subcollectors[c].restart, "events_before": len(self.events(c))}
+        sig = {"kill-worker": signal.SIGKILL, "hang-worker": signal.SIGSTOP, "leak-worker": signal.SIGUSR2,
+               "kill-subcollector": signal.SIGKILL}[kind]
+        fault["injected_s"] = round(state.elapsed(time.time()), 3)
+        os.kill(pid, sig)
+        self.faults.append(fault)
+        print(f"soak: {fault['injected_s']:.1f}s {kind} sub{c}" + (f"/w{w}" if fault["worker"] is not None else "")
+              + f" pid {pid}", file=sys.stderr, flush=True)
+
+
+def _proc(pid: int | None) -> dict:
+    """RSS (MB) and open fds of a process, None each when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+        return {"rss_mb": round(rss, 1), "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+    except (OSError, StopIteration, TypeError):
+        return {"rss_mb": None, "fds": None}
+
+
+def _du(path: str) -> int:
+    total = 0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(folder, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def sample(run, frames: int, batches: int) -> dict:
+    state = run.state
+    memory = run.worker_memory()
+    return {"t_s": round(state.elapsed(time.time()), 1), "batches": batches, "frames": frames,
+            "trainer": _proc(os.getpid()),
+            "subcollectors": {str(c): {**_proc(s.pid), "life": s.restart} for c, s in sorted(state.subcollectors.items())},
+            "workers_rss_mb": round(sum(m["rss_mb"] or 0 for m in memory), 1),
+            "workers_max_rss_mb": max((m["rss_mb"] or 0 for m in memory), default=None),
+            "run_dir_bytes": _du(run.run_dir), "dev_shm": len(os.listdir("/dev/shm"))}
+
+
+def trainer(args) -> None:
+    import torch
+    import yaml
+
+    import topo
+    from topo.runtime import heartbeat
+
+    subs, workers = (int(x) for x in args.topology.split("x"))
+    data = spec(args.env, subs, workers)
+    folder = args.folder
+    path = os.path.join(folder, "soak.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(data, f, sort_keys=False)
+    plan = topo.load(path)
+    policy = plan.make_policy()
+    optim = torch.optim.SGD(policy.parameters(), lr=1e-4)
+    rng = random.Random(args.seed)
+    kinds = tuple(args.kinds.split(","))
+    delivered: dict[tuple[int, int], int] = {}  # (global row, life) -> frames the batches held
+    samples, full, batches, frames = [], 0, 0, 0
+    started = time.monotonic()
+    with topo.collector(plan, policy=policy, report_dir=os.path.join(folder, "report"), progress=False) as run:
+        ready_s = round(time.monotonic() - started, 1)
+        end = time.monotonic() + args.minutes * 60
+        injector = Injector(run, rng, args.mean_gap, end - args.settle, kinds)
+        injector.start()
+        next_sample = 0.0
+        for batch in run.collector:
+            batches += 1
+            frames += batch.numel()
+            full += batch.numel() == plan.data["collector"]["frames_per_batch"]
+            lives, counts = torch.unique(batch["topo_episode"].reshape(-1) >> 28, return_counts=True)
+            for key, n in zip(lives.tolist(), counts.tolist()):
+                row_life = (key >> 14, key & ((1 << 14) - 1))
+                delivered[row_life] = delivered.get(row_life, 0) + n
+            loss = -policy.log_prob(batch.reshape(-1)).mean()
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+            run.update_weights()
+            now = time.monotonic()
+            if now >= next_sample:
+                samples.append(sample(run, frames, batches))
+                next_sample = now + args.sample_s
+            if now >= end:
+                break
+        injector.halt.set()
+        injector.join()
+        samples.append(sample(run, frames, batches))
+        # in sync mode a subcollector idles between batches: what each life stepped is now final
+        stepped = {}
+        for sub in plan.data["subcollectors"]:
+            c = sub["index"]
+            for life in range(run.state.subcollectors[c].restart + 1):
+                for w, h in enumerate(heartbeat.health(run.run_dir, c, life) or []):
+                    stepped[(sub["workers"][w]["global_index"], life)] = h.steps if h else 0
+    report = run.report.data
+    lives = sorted(set(stepped) | set(delivered))
+    out = {"env": args.env, "topology": f"{subs} x {workers}", "spec": data, "seed": args.seed,
+           "minutes": args.minutes, "mean_gap_s": args.mean_gap, "ready_s": ready_s,
+           "batches": {"delivered": batches, "full": full, "frames_per_batch": plan.data["collector"]["frames_per_batch"]},
+           "frames_delivered": frames, "faults": injector.faults,
+           "restarts": report["restarts"], "recycles": report["recycles"],
+           "lives": [{"global_index": r, "life": life, "stepped": stepped.get((r, life)),
+                      "delivered": delivered.get((r, life), 0)} for r, life in lives],
+           "samples": samples, "run_dir": report["run_dir"], "exit_code": report["exit_code"],
+           "processes": {k: report["processes"][k] for k in ("left_behind", "alive_after", "killed", "peak")},
+           "constructions": report["constructions"]["by_role"], "episodes": report["episodes"],
+           "seeds": {"checked": report["seeds"]["checked"], "mismatches": len(report["seeds"]["mismatches"])}}
+    with open(os.path.join(folder, "trainer.json"), "w") as f:
+        json.dump(out, f)
+
+
+# -- the driver -----------------------------------------------------------------------------------------------------
+def account(t: dict) -> dict:
+    """Each fault against the restart or recycle that found it; the frames each worker life lost."""
+    rows_per_sub = t["spec"]["topology"]["workers_per_subcollector"]
+    steps = SHAPE[t["env"]]["steps"]
+    used: set[tuple[str, int]] = set()
+    events = [("restart", i, e) for i, e in enumerate(t["restarts"])] + [("recycle", i, e) for i, e in enumerate(t["recycles"])]
+    events.sort(key=lambda x: x[2]["decided_s"])
+    faults = []
+    for f in t["faults"]:
+        found = next(((what, i, e) for what, i, e in events if (what, i) not in used
+                      and e["subcollector"] == f["subcollector"] and e["decided_s"] >= f["injected_s"] - 0.05), None)
+        entry = {**f, "found_by": None, "named": False, "recovered": False}
+        if found is not None:
+            what, i, e = found
+            used.add((what, i))
+            entry.update(found_by=f"{what} {e['restart']} of sub{e['subcollector']}", found_s=round(e["decided_s"] - f["injected_s"], 2),
+                         recovered=e["outcome"] == "collecting", recover_s=e.get("recover_s") or e.get("rebuild_s"))
+            if what == "restart":
+                cause = e["cause"]
+                entry["cause"] = {k: cause.get(k) for k in ("kind", "subcollector", "worker", "pid", "how")}
+                if f["kind"] == "kill-subcollector":
+                    entry["named"] = cause["kind"] == "subcollector-died" and cause.get("pid") == f["pid"]
+                elif f["kind"] in ("kill-worker", "hang-worker"):
+                    kind = "worker-died" if f["kind"] == "kill-worker" else "worker-hung"
+                    entry["named"] = cause["kind"] == kind and (cause.get("worker"), cause.get("pid")) == (f["worker"], f["pid"])
+            else:
+                entry["reason"] = e["reason"]
+                entry["named"] = f["kind"] == "leak-worker" and e["breach"].get("worker") == f["worker"]
+        faults.append(entry)
+    unmatched = [{"what": what, "subcollector": e["subcollector"], "decided_s": e["decided_s"],
+                  "cause": e.get("cause", {}).get("kind") or e.get("reason")} for what, i, e in events if (what, i) not in used]
+    lost = [dict(life, lost=(life["stepped"] or 0) - life["delivered"]) for life in t["lives"]]
+    over = [life for life in lost if not 0 <= life["lost"] <= steps]
+    return {"faults": faults, "unmatched_events": unmatched, "lives": lost, "lost_frames": sum(x["lost"] for x in lost),
+            "lives_over_one_rollout": over, "rollout_steps": steps, "workers_per_subcollector": rows_per_sub}
+
+
+def flat(samples: list[dict], warmup: float, key) -> dict:
+    """Medians of the first and last fifth of the samples after ``warmup`` of the run, and their ratio."""
+    after = [s for s in samples[int(len(samples) * warmup):] if key(s) is not None]
+    if len(after) < 5:
+        return {"first": None, "last": None, "ratio": None, "flat": None}
+    k = max(1, len(after) // 5)
+    first, last = statistics.median(key(s) for s in after[:k]), statistics.median(key(s) for s in after[-k:])
+    ratio = round(last / first, 3) if first else None
+    return {"first": first, "last": last, "ratio": ratio, "flat": ratio is not None and ratio <= 1.10}
+
+
+def _shm() -> set[str]:
+    return set(os.listdir("/dev/shm"))
+
+
+def _by_environment(run_dir: str) -> list[dict]:
+    import psutil
+
+    out = []
+    for p in psutil.process_iter(["pid", "name", "cmdline"]):
+        try:
+            if p.environ().get("TOPO_RUN_DIR") == run_dir:
+                out.append({"pid": p.pid, "cmdline": " ".join(p.info["cmdline"] or [])[:200]})
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
+def plot(result: dict, path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    samples = result["samples"]
+    t = [s["t_s"] / 60 for s in samples]
+    fig, axes = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
+    axes[0].plot(t, [s["trainer"]["rss_mb"] for s in samples], label="trainer")
+    for c in samples[0]["subcollectors"]:
+        axes[0].plot(t, [s["subcollectors"][c]["rss_mb"] for s in samples], label=f"subcollector {c}")
+    axes[0].set_ylabel("RSS (MB)")
+    axes[1].plot(t, [s["trainer"]["fds"] for s in samples], label="trainer")
+    for c in samples[0]["subcollectors"]:
+        axes[1].plot(t, [s["subcollectors"][c]["fds"] for s in samples], label=f"subcollector {c}")
+    axes[1].set_ylabel("open fds")
+    axes[2].plot(t, [s["workers_rss_mb"] / 1024 for s in samples], label="env workers, all (GB)")
+    axes[2].plot(t, [s["run_dir_bytes"] / 2**20 / 1024 for s in samples], label="run directory (GB)")
+    axes[2].set_ylabel("GB")
+    axes[2].set_xlabel("minutes since ready")
+    for f in result["faults"]:
+        for ax in axes:
+            ax.axvline(f["injected_s"] / 60, color="red" if "kill" in f["kind"] else "orange", alpha=0.25, lw=0.8)
+    for ax in axes:
+        ax.legend(fontsize=7, loc="upper left")
+    axes[0].set_title(f"chaos soak, {result['env']} {result['topology']}: {len(result['faults'])} faults (red: kills, "
+                      "orange: hangs and leaks)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", choices=("toy", "libero"), default="toy")
+    parser.add_argument("--topology", default=None, help="SUBSxWORKERS (toy 4x16, libero 2x4)")
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--mean-gap", type=float, default=45.0, help="seconds between faults, on average")
+    parser.add_argument("--settle", type=float, default=None, help="seconds before the end without new faults")
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--sample-s", type=float, default=10.0)
+    parser.add_argument("--warmup", type=float, default=0.2, help="share of the samples before flatness is judged")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--trainer", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.topology = args.topology or {"toy": "4x16", "libero": "2x4"}[args.env]
+    if args.settle is None:
+        args.settle = 3 * SHAPE[args.env]["hang_timeout"]
+    if args.trainer:
+        return trainer(args)
+    out = args.out or os.path.join(HERE, "results", f"chaos_soak_{args.env}.json")
+    with tempfile.TemporaryDirectory(prefix="topo-soak-") as folder:
+        before = _shm()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([HOOKS, ROOT, os.environ.get("PYTHONPATH", "")]),
+               "TOPO_SOAK_LEAK_MB": str(SHAPE[args.env]["leak_mb"]), "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+        argv = [sys.executable, __file__, "--trainer", "--folder", folder] + sys.argv[1:]
+        with open(os.path.join(folder, "stderr.txt"), "w") as err:
+            code = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=err).returncode
+        with open(os.path.join(folder, "stderr.txt")) as f:
+            stderr = f.read()
+        if code != 0 or not os.path.exists(os.path.join(folder, "trainer.json")):
+            sys.stderr.write(stderr[-6000:])
+            raise SystemExit(f"the soak's trainer failed (exit {code})")
+        with open(os.path.join(folder, "trainer.json")) as f:
+            t = json.load(f)
+        time.sleep(2)
+        left = {"by_environment": _by_environment(t["run_dir"]), "dev_shm": sorted(_shm() - before)}
+    left["semaphores"] = [n for n in left["dev_shm"] if n.startswith("sem.")]
+    lines = stderr.splitlines()
+    noise = {"tracebacks": sum("Traceback (most recent call last)" in line for line in lines),
+             "leaked_warnings": [line for line in lines if "leaked" in line][:10],
+             "lines": len(lines), "text": lines if len(lines) <= 400 else lines[:200] + ["..."] + lines[-200:]}
+    acc = account(t)
+    result = {k: t[k] for k in ("env", "topology", "seed", "minutes", "mean_gap_s", "ready_s", "batches",
+                                "frames_delivered", "exit_code", "constructions", "episodes", "seeds", "processes")}
+    result.update(machine={"cores": os.cpu_count(), "load_average_1m_at_end": round(os.getloadavg()[0], 2)},
+                  faults=acc["faults"], unmatched_events=acc["unmatched_events"],
+                  frames={"lost": acc["lost_frames"], "rollout_steps_per_worker": acc["rollout_steps"],
+                          "lives_with_loss": [x for x in acc["lives"] if x["lost"]],
+                          "lives_over_one_rollout": acc["lives_over_one_rollout"]},
+                  flat={"trainer_rss_mb": flat(t["samples"], args.warmup, lambda s: s["trainer"]["rss_mb"]),
+                        "trainer_fds": flat(t["samples"], args.warmup, lambda s: s["trainer"]["fds"]),
+                        "subcollectors_rss_mb": flat(t["samples"], args.warmup, lambda s: _sum(s, "rss_mb")),
+                        "subcollectors_fds": flat(t["samples"], args.warmup, lambda s: _sum(s, "fds"))},
+                  run_dir={"bytes_at_end": t["samples"][-1]["run_dir_bytes"],
+                           "bytes_per_recorded_episode": round(t["samples"][-1]["run_dir_bytes"] / max(1, t["episodes"]["recorded"]))},
+                  left=left, stderr=noise, samples=t["samples"], restarts=t["restarts"], recycles=t["recycles"])
+    kinds = {k: sum(f["kind"] == k for f in acc["faults"]) for k in KINDS}
+    checks = {
+        "every_fault_found_and_named": all(f["found_by"] and f["named"] for f in acc["faults"]),
+        "every_fault_recovered": all(f["recovered"] for f in acc["faults"]),
+        "no_event_without_a_fault": not acc["unmatched_events"],
+        "every_batch_full": t["batches"]["full"] == t["batches"]["delivered"] > 0,
+        "lost_frames_at_most_one_rollout_per_ended_life": not acc["lives_over_one_rollout"],
+        "trainer_and_subcollectors_flat": all(v["flat"] for v in result["flat"].values()),
+        "nothing_left": not (left["by_environment"] or left["dev_shm"] or t["processes"]["left_behind"]
+                             or t["processes"]["alive_after"]),
+        "no_traceback_or_leak_warning": not (noise["tracebacks"] or noise["leaked_warnings"]),
+        "no_env_built_in_a_parent": all(t["constructions"].get(r, 0) == 0 for r in ("trainer", "server", "subcollector")),
+        "run_exit_0": t["exit_code"] == 0,
+    }
+    result["faults_by_kind"] = kinds
+    result["checks"] = checks
+    result["ok"] = all(checks.values())
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+    plot(result, os.path.splitext(out)[0] + ".png")
+    found = [f["found_s"] for f in acc["faults"] if f.get("found_s") is not None]
+    print(f"{result['env']} {result['topology']}, {args.minutes} min: {len(acc['faults'])} faults {kinds}, "
+          f"found {sum(bool(f['found_by']) for f in acc['faults'])}, recovered {sum(f['recovered'] for f in acc['faults'])}"
+          f" (found in {statistics.median(found) if found else None} s median), batches {t['batches']['full']}/"
+          f"{t['batches']['delivered']} full, frames lost {acc['lost_frames']}; failed checks: "
+          f"{[k for k, v in checks.items() if not v] or 'none'} -> {out}")
+    sys.exit(0 if result["ok"] else 1)
+
+
+def _sum(s: dict, key: str):
+    values = [v[key] for v in s["subcollectors"].values()]
+    return None if any(v is None for v in values) else sum(values)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""What a run's processes register with multiprocessing's resource tracker, kept so that the trainer can release
+what a dead one left.
+
+Every process of a run shares the trainer's resource tracker, which unlinks a name only when the last process
+holding it ends: the semaphores of a subcollector killed by a restart stay in ``/dev/shm`` for the rest of the run,
+and at its end Python warns of "leaked semaphore objects". Each subcollector and env worker appends what it
+registers and unregisters to ``RUN_DIR/resources/PID`` (:func:`keep`); once that process is dead, the trainer
+unlinks what it still held and unregisters it from the tracker (:func:`release`): nothing is left, nothing warned.
+"""
+from __future__ import annotations
+
+import os
+
+FOLDER = "resources"
+
+
+def keep(run_dir: str) -> None:
+    """In a run's process, from now on: note each register and unregister in the process's file (a forked child
+    inherits this and writes its own)."""
+    from multiprocessing import resource_tracker as rt
+
+    if getattr(rt.register, "topo_keeps", False):
+        return
+    folder = os.path.join(run_dir, FOLDER)
+    os.makedirs(folder, exist_ok=True)
+    register, unregister = rt.register, rt.unregister
+
+    def note(sign: str, name: str, rtype: str) -> None:
+        try:
+            with open(os.path.join(folder, str(os.getpid())), "a") as f:
+                f.write(f"{sign} {rtype} {_tracker()} {name}\n")
+        except OSError:
+            pass
+
+    def keeping_register(name: str, rtype: str) -> None:
+        register(name, rtype)  # starts the tracker if needed: its pipe is known after
+        note("+", name, rtype)
+
+    def keeping_unregister(name: str, rtype: str) -> None:
+        unregister(name, rtype)
+        note("-", name, rtype)
+
+    keeping_register.topo_keeps = True
+    rt.register, rt.unregister = keeping_register, keeping_unregister
+
+
+def release(run_dir: str, pid: int) -> int:
+    """Unlink what dead process ``pid`` registered and did not unregister, and unregister it from this process's
+    tracker when it was that one; the names released."""
+    path = os.path.join(run_dir, FOLDER, str(pid))
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return 0
+    held: dict[str, tuple[str, str]] = {}
+    for line in lines:
+        parts = line.split(" ", 3)
+        if len(parts) == 4:
+            sign, rtype, tracker, name = parts
+            if sign == "+":
+                held[name] = (rtype, tracker)
+            else:
+                held.pop(name, None)
+    from multiprocessing import resource_tracker as rt
+
+    ours = _tracker()
+    released = 0
+    for name, (rtype, tracker) in held.items():
+        unlink = _unlink(rtype)
+        if unlink is None:
+            continue
+        try:
+            unlink(name)
+        except OSError:
+            pass  # already gone
+        if tracker == ours != "none":
+            rt.unregister(name, rtype)
+        released += 1
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+    return released
+
+
+def release_all(run_dir: str) -> int:
+    """:func:`release` every process of the run with a file that is no longer alive on this host."""
+    folder = os.path.join(run_dir, FOLDER)
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    return sum(release(run_dir, int(name)) for name in names if name.isdigit() and not _alive(int(name)))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _tracker() -> str:
+    """This process's resource tracker, as the inode of its pipe ("none" before it has one): the same in every
+    process that shares it."""
+    from multiprocessing import resource_tracker as rt
+
+    fd = getattr(getattr(rt, "_resource_tracker", None), "_fd", None)
+    try:
+        return str(os.fstat(fd).st_ino) if fd is not None else "none"
+    except OSError:
+        return "none"
+
+
+def _unlink(rtype: str):
+    if rtype == "semaphore":
+        import _multiprocessing
+
+        return getattr(_multiprocessing, "sem_unlink", None)
+    if rtype == "shared_memory":
+        import _posixshmem
+
+        return _posixshmem.shm_unlink
+    return None
