@@ -24,3 +24,4 @@ def _leak(signum, frame):
 
 if os.environ.get("TOPO_SOAK_LEAK_MB"):
     signal.signal(signal.SIGUSR2, _leak)
+

@@ -18,12 +18,10 @@ import importlib
 import importlib.metadata
 import inspect
 import re
-import sys
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from topo.runtime.rundir import RunDir
+from topo.runtime import quiet
 
 #: torchrl versions the test suite ran against: version -> what was run (README: "torchrl versions")
 TESTED = {"0.14.1": "the full suite", "2026.10.27": "torchrl-nightly: scripts/torchrl-nightly"}
@@ -34,9 +32,10 @@ DROPPABLE = {"restarts": "restarts and subcollector hang detection are off (a fa
              "replay-buffer-check": "a replay buffer whose storage would make torchrl build an env in the trainer "
                                     "is no longer refused",
              "background-pause": "a pause in the background drops the rollout each subcollector has in flight, as "
-                                 "torchrl's own pause does"}
+                                 "torchrl's own pause does",
+             "quiet-ends": "an env worker ended by its subcollector's death prints its traceback on stderr"}
 FEATURES = ("collector", "restarts", "ray-restarts", "policy-server", "replay-buffer-check", "libero", "async",
-            "background-pause")
+            "background-pause", "quiet-ends")
 
 
 @dataclass(frozen=True)
@@ -108,6 +107,12 @@ NAMES: tuple[Name, ...] = (
          "at its top", kind="source", members=("pipe_child.poll(_MIN_TIMEOUT)", "pipe_child.poll(1e-4)",
                                                 'msg == "pause"', "replay_buffer.extend(next_data)")),
     Name("background-pause", "torchrl.collectors._constants", "_MIN_TIMEOUT", "the timeout of that one poll"),
+    Name("quiet-ends", "torchrl.envs.batched_envs", "_run_worker_pipe_direct", "an env worker's loop, run so that "
+         "its subcollector's death ends it quietly (topo.runtime.quiet)"),
+    Name("quiet-ends", "torchrl.envs.batched_envs", "_run_worker_pipe_shared_mem", "the same, with shared buffers"),
+    Name("quiet-ends", "torchrl.envs.batched_envs", "ParallelEnv._start_workers", "reads the worker loop from its "
+         "module when it starts the workers", kind="source",
+         members=("func = _run_worker_pipe_direct", "func = _run_worker_pipe_shared_mem")),
     Name("async", "torchrl.collectors", "AsyncBatchedCollector", "collector.mode: async"),
     Name("async", "torchrl.collectors._async_batched", "AsyncBatchedCollector._ensure_started",
          "the env workers and the server started inside topo's launch window (torchrl starts them at the first batch)"),
@@ -271,28 +276,36 @@ def recording_processes(made: list[tuple[Any, dict]]) -> Iterator[None]:
 
 
 def run_subcollector(target, *args, **kwargs) -> None:
-    """A subcollector process: torchrl's loop ``target``. When the loop raises because one of its env workers died
-    (its pipe reset or closed, or torchrl's "At least one process failed"), the trainer already names that death
-    and restarts or fails the run from it: the loop's traceback goes to ``RUN_DIR/tracebacks/``, not to the
-    terminal, and the process exits 1, as it would have."""
-    try:
-        target(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - re-raised unless it is a worker's death
-        run = RunDir.current()
-        if run is None or not _after_a_worker_died(exc):
-            raise
-        run.write("tracebacks", "subcollector", traceback=traceback.format_exc())
-        sys.exit(1)
+    """A subcollector process: torchrl's loop ``target``, quiet when an env worker's death ends it (the trainer
+    names that death: :func:`topo.runtime.quiet.run_quietly`)."""
+    quiet.quiet_fd_sharing()
+    quiet.run_quietly("subcollector", target, *args, **kwargs)
 
 
-def _after_a_worker_died(exc: BaseException | None) -> bool:
-    seen = 0
-    while exc is not None and seen < 16:
-        if isinstance(exc, (ConnectionResetError, BrokenPipeError, EOFError)) or \
-                (isinstance(exc, RuntimeError) and str(exc).startswith("At least one process failed")):
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
+def quiet_env_workers() -> None:
+    """In a subcollector process: the env workers its ``ParallelEnv`` starts run torchrl's loop through
+    :func:`run_env_worker`, quiet when the subcollector's death ends them."""
+    if not support(("quiet-ends",)).ok("quiet-ends"):
+        return
+    from torchrl.envs import batched_envs
+
+    for name in _WORKER_LOOPS:
+        if name not in _WORKER_ORIGINALS:
+            _WORKER_ORIGINALS[name] = getattr(batched_envs, name)  # a forked worker finds it here
+            setattr(batched_envs, name, functools.partial(run_env_worker, name))
+
+
+_WORKER_LOOPS = ("_run_worker_pipe_direct", "_run_worker_pipe_shared_mem")
+_WORKER_ORIGINALS: dict[str, Any] = {}
+
+
+def run_env_worker(name: str, *args, **kwargs) -> None:
+    """An env worker process: torchrl's loop ``name`` (the module's own in a fresh process, the saved one in a forked
+    one), quiet when its subcollector's death ends it."""
+    from torchrl.envs import batched_envs
+
+    quiet.quiet_fd_sharing()
+    quiet.run_quietly("worker", _WORKER_ORIGINALS.get(name) or getattr(batched_envs, name), *args, **kwargs)
 
 
 def run_keeping_rollouts(*args, **kwargs) -> None:
@@ -377,16 +390,22 @@ def ack_queue(scheme, c: int):
     return scheme._ack_queues[c]
 
 
-def rewire(scheme, c: int, ctx) -> None:
-    """New weight-sync queues for subcollector ``c`` (its old process may have died holding one)."""
+def rewire(scheme, c: int, ctx) -> list:
+    """New weight-sync queues for subcollector ``c`` (its old process may have died holding one); the objects they
+    replace, which the caller keeps while another restart may still be unpickling them (a restart's process gets
+    the whole scheme: dropped, a queue's semaphores are unlinked, and that process fails to start)."""
     from torchrl.weight_update import MultiProcessWeightSyncScheme
     from torchrl.weight_update import MPTransport
 
+    replaced = []
     for name in ("_weight_init_queues", "_instruction_queues", "_ack_queues"):
+        replaced.append(getattr(scheme, name)[c])
         getattr(scheme, name)[c] = ctx.Queue()
     if isinstance(scheme, MultiProcessWeightSyncScheme):
+        replaced.append(scheme._sender_transports[c])
         scheme._sender_transports[c] = MPTransport(weight_queue=scheme._weight_init_queues[c],
                                                    ack_queue=scheme._ack_queues[c])
+    return replaced
 
 
 def send_first_weights(scheme, c: int, collector, weights) -> None:

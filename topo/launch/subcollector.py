@@ -14,7 +14,7 @@ from typing import Any
 from topo.runtime import heartbeat, tracked
 from topo.runtime.rundir import RunDir
 from topo import seeding
-from topo.launch import observe
+from topo.launch import boundary, observe
 from topo.compiler.row import Row
 
 
@@ -41,6 +41,7 @@ def subcollector_env(index: int, rows: list[Row], start_method: str, launch: dic
         if os.getpid() != os.getpgid(0):
             os.setpgid(0, 0)
         tracked.keep(run.path)
+        boundary.quiet_env_workers()
         run.marker("subcollector", index=index, start_method=multiprocessing.get_start_method())
         heartbeat.open_subcollector(run, index, len(rows))
     if start_method == "forkserver" and launch.get("preload"):

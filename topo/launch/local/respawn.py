@@ -79,6 +79,7 @@ class Respawning:
         self._real = list(self.procs)
         self._restarts = [0] * len(self._real)  # restarts begun, per subcollector
         self._starting: dict[int, tuple[int, Any]] = {}  # c -> (its restart number, its pipe) until instantiated
+        self._replaced: list = []  # weight-sync queues a restart replaced, kept while any restart is starting
         self._live = True
         self._guard = threading.RLock()  # the trainer's thread and the background keeper check the subcollectors
         self._background = False  # start() was called: the subcollectors fill the replay buffer themselves
@@ -136,7 +137,7 @@ class Respawning:
             kwargs["policy_factory"] = boundary.pickled(start.policy_factory)
         scheme = (kwargs.get("weight_sync_schemes") or {}).get("policy")
         if scheme is not None:
-            boundary.rewire(scheme, c, ctx)  # new queues: the old process may have died holding one
+            self._replaced += boundary.rewire(scheme, c, ctx)  # new queues: the old process may have died holding one
         with start.window:
             proc = cls(target=made["target"], num_threads=made["num_threads"], _start_method=method, kwargs=kwargs)
             proc.start()
@@ -159,6 +160,8 @@ class Respawning:
             self._begin(c, self._real[c])
         elif state == "ready":
             del self._starting[c]
+            if not self._starting:  # every restart's process has unpickled what it was given
+                self._replaced.clear()
             self.queue_out.started(c)
             self.pipes[c].replace(parent)
             if self._free:

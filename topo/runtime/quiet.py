@@ -1,0 +1,69 @@
+"""Ends that Python would print as tracebacks but that are expected: a process whose peer died.
+
+When an env worker is killed, its subcollector's loop raises on the broken pipe; when a subcollector is killed, each
+of its env workers raises on its pipe's end; a process sharing a file descriptor (torch's shared tensors go through
+multiprocessing's resource sharer) with one that died sees its connection reset. The trainer names the death that
+caused them (a pidfd's time, exact blame) and restarts or fails the run from it, so these tracebacks say nothing
+new: they go to ``RUN_DIR/tracebacks/`` and the process exits 1 as it would have (:func:`run_quietly`), or are
+dropped (:func:`quiet_fd_sharing`). Any other error is raised and printed as before.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import traceback
+from typing import Any, Callable
+
+from topo.runtime.rundir import RunDir
+
+_PEER_GONE = (ConnectionResetError, BrokenPipeError, EOFError)
+
+
+def ended_by_a_peer(exc: BaseException | None) -> bool:
+    """``exc`` or an exception it was raised from is a peer's death: a pipe closed or reset, or torchrl's "At least
+    one process failed"."""
+    for _ in range(16):
+        if exc is None:
+            return False
+        if isinstance(exc, _PEER_GONE) or (isinstance(exc, RuntimeError)
+                                           and str(exc).startswith("At least one process failed")):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def run_quietly(role: str, target: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``target(*args, **kwargs)`` as a run's process ``role`` runs it: ended by a peer's death, its traceback is
+    written to the run directory and the process exits 1, without a word on stderr."""
+    try:
+        return target(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - re-raised unless a peer died
+        run = RunDir.current()
+        if run is None or not ended_by_a_peer(exc):
+            raise
+        run.write("tracebacks", role, traceback=traceback.format_exc())
+        sys.exit(1)
+
+
+def quiet_fd_sharing() -> None:
+    """In this process, from now on: a resource-sharer thread whose peer died while fetching a file descriptor ends
+    without a traceback; every other thread's error is printed as before."""
+    previous = threading.excepthook
+    if getattr(previous, "topo_quiet", False):
+        return
+
+    def hook(args) -> None:
+        if issubclass(args.exc_type, _PEER_GONE) and _in_resource_sharer(args.exc_traceback):
+            return
+        previous(args)
+
+    hook.topo_quiet = True
+    threading.excepthook = hook
+
+
+def _in_resource_sharer(tb) -> bool:
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.endswith("resource_sharer.py"):
+            return True
+        tb = tb.tb_next
+    return False
