@@ -43,6 +43,7 @@ FAST = (
     "tests/launch/test_resume_units.py",
     "tests/launch/test_provenance_units.py",
     "tests/launch/test_records_units.py",
+    "tests/launch/test_clean_ends_units.py",
     "tests/launch/test_reproducible_units.py",
     "tests/launch/test_hostile_files.py::test_the_recorded_run_replays_bit_for_bit",
     "tests/launch/test_hostile_files.py::test_a_hostile_run_file_is_refused",
@@ -71,7 +72,7 @@ LONGEST_FIRST = ("tests/ray/test_ray_training.py", "tests/launch/test_restarts.p
                  "tests/launch/test_launch_faults.py", "tests/launch/test_launch.py", "tests/launch/test_background.py",
                  "tests/launch/test_resume.py",
                  "tests/ray/test_ray_launch.py", "tests/launch/test_stall.py", "tests/ray/test_ray_doctor.py",
-                 "tests/launch/test_reproducible.py", "tests/launch/test_recycle.py", "tests/libero/test_libero_build.py",
+                 "tests/launch/test_reproducible.py", "tests/launch/test_recycle.py", "tests/launch/test_chaos_soak.py", "tests/libero/test_libero_build.py",
                  "tests/libero/test_eval_libero.py", "tests/libero/test_train_libero.py",
                  "tests/libero/test_launch_libero.py")  # by their summed durations in a whole-suite run, longest first
 

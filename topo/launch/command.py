@@ -37,8 +37,12 @@ import click
               help="Evaluate once after the batches, when the plan has an eval section.")
 @click.option("--force", is_flag=True, help="Launch even when the plan's memory exceeds a node's (checked before "
               "anything starts, from a cached `topo plan --estimate` probe, else the backend's declared figure).")
+@click.option("--resume", "resume_from", type=click.Path(exists=True), metavar="RUN",
+              help="Continue a killed or ended run of the same plan: its run directory, its --report directory (its "
+                   "latest run) or its run.state_dict() as JSON. Worker lives, episode ids, seed streams, evaluation "
+                   "rounds and the policy version go on from it.")
 def launch(source, batches, policy_factory, report_dir, quiet, startup_timeout, max_concurrent_starts, assignments,
-           spec_path, allow_edited_plan, evaluate_too, force):
+           spec_path, allow_edited_plan, evaluate_too, force, resume_from):
     """Launch SOURCE (a spec, or a plan written by `topo plan -o`) and collect a few batches."""
     from topo.runtime import gl
 
@@ -57,7 +61,8 @@ def launch(source, batches, policy_factory, report_dir, quiet, startup_timeout, 
 
         run = Run(plan, policy_factory=policy_factory, report_dir=report_dir, progress=not quiet,
                   progress_while_collecting=True, startup_timeout=startup_timeout,
-                  max_concurrent_starts=max_concurrent_starts, process_logs=True, evaluation=evaluate_too)
+                  max_concurrent_starts=max_concurrent_starts, process_logs=True, evaluation=evaluate_too,
+                  resume=resume_from)
         run.extra.update(batches_requested=batches, batches_collected=0)
         with run:
             for _ in run.collector:

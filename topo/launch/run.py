@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from topo.errors import LaunchError, UsageError
+from topo.runtime import quiet
 from topo.runtime.rundir import RunDir
 from topo.compiler import saved
 from topo import seeding
@@ -176,6 +177,7 @@ class Run:
         path = self.wiring.check(self.plan, self.options.report_dir, self.life.shutdown_budget, self.resumed.run_dir)
         self.state = RunState(self.plan, RunDir(path), time.time(), first_life=self.resumed.lives)
         Run._active = self
+        quiet.quiet_fd_sharing()  # a subcollector killed while fetching a shared tensor is the run's to name
         self.life.begin(self.state, self.options.report_dir, functools.partial(_on_failure, self))
         try:
             with self.window(self.resumed.lives), self.life.delivery.interruptible():

@@ -1,0 +1,106 @@
+"""Clean ends: what a killed process registered with the resource tracker is released (topo/runtime/tracked.py); a
+process ended by a peer's death ends without a traceback on stderr (topo/runtime/quiet.py)."""
+import os
+import signal
+import threading
+
+import pytest
+
+from topo.runtime import quiet, tracked
+from topo.runtime.rundir import RUN_DIR_VAR
+
+def holder(run_dir, names):
+    """A run's process: keeps its ledger, makes two named semaphores, frees one, says the other's name, waits."""
+    import multiprocessing
+    import time
+
+    tracked.keep(run_dir)
+    lock = multiprocessing.get_context("spawn").Lock()
+    freed = multiprocessing.get_context("spawn").Lock()
+    del freed
+    names.put(lock._semlock.name)
+    time.sleep(60)
+
+
+def test_a_killed_process_s_semaphores_are_unlinked_and_unregistered_and_a_freed_one_is_not(tmp_path):
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")  # it shares this process's resource tracker, as a run's processes do
+    names = ctx.Queue()
+    proc = ctx.Process(target=holder, args=(str(tmp_path), names))
+    proc.start()
+    name = names.get(timeout=60)
+    assert os.path.exists(f"/dev/shm/sem.{name.lstrip('/')}")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(10)
+    ledger = (tmp_path / "resources" / str(proc.pid)).read_text().splitlines()
+    assert [line.split()[0] for line in ledger] == ["+", "+", "-"]
+    assert len({line.split()[2] for line in ledger}) == 1 and ledger[0].split()[2] != "none"  # one tracker, known
+
+    assert tracked.release(str(tmp_path), proc.pid) == 1
+    assert not os.path.exists(f"/dev/shm/sem.{name.lstrip('/')}")
+    assert not (tmp_path / "resources" / str(proc.pid)).exists()
+    assert tracked.release(str(tmp_path), proc.pid) == 0  # once
+
+
+def test_release_all_spares_the_living(tmp_path):
+    folder = tmp_path / "resources"
+    folder.mkdir()
+    (folder / str(os.getpid())).write_text("+ semaphore none /mp-topo-test-alive\n")
+    assert tracked.release_all(str(tmp_path)) == 0
+    assert (folder / str(os.getpid())).exists()
+
+
+def _raise_from(cause):
+    try:
+        raise cause
+    except BaseException as exc:
+        try:
+            raise RuntimeError("the loop failed") from exc
+        except RuntimeError as outer:
+            return outer
+
+
+@pytest.mark.parametrize("exc, peer", [
+    (EOFError("proc 12 failed, last command: step."), True),
+    (_raise_from(ConnectionResetError(104, "reset")), True),
+    (RuntimeError("At least one process failed: worker 0 (exit code -9)."), True),
+    (_raise_from(ValueError("a bug")), False),
+    (KeyError("x"), False),
+])
+def test_a_peer_s_death_is_told_from_any_other_error(exc, peer):
+    assert quiet.ended_by_a_peer(exc) is peer
+
+
+def test_run_quietly_writes_a_peer_s_death_to_the_run_directory_and_exits_1(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(RUN_DIR_VAR, str(tmp_path))
+
+    def broken():
+        raise EOFError("proc 12 failed, last command: step.")
+
+    with pytest.raises(SystemExit) as ended:
+        quiet.run_quietly("worker", broken)
+    assert ended.value.code == 1
+    written = list((tmp_path / "tracebacks").iterdir())
+    assert len(written) == 1 and "proc 12 failed" in written[0].read_text()
+    assert capsys.readouterr().err == ""
+
+    with pytest.raises(ValueError, match="a bug"):  # anything else is raised as before
+        quiet.run_quietly("worker", lambda: (_ for _ in ()).throw(ValueError("a bug")))
+    assert quiet.run_quietly("worker", lambda x: x + 1, 1) == 2
+
+
+def test_a_resource_sharer_thread_whose_peer_died_is_quiet_and_others_are_not(monkeypatch):
+    seen = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(args.exc_type))
+    quiet.quiet_fd_sharing()
+    quiet.quiet_fd_sharing()  # once
+    namespace = {}
+    exec(compile("def _serve():\n    raise ConnectionResetError(104, 'reset')\n", "/x/multiprocessing/resource_sharer.py",
+                 "exec"), namespace)
+    for target in (namespace["_serve"], lambda: (_ for _ in ()).throw(ConnectionResetError(104, "reset")),
+                   lambda: (_ for _ in ()).throw(ValueError("a bug"))):
+        thread = threading.Thread(target=target)
+        thread.start()
+        thread.join()
+    assert seen == [ConnectionResetError, ValueError]
