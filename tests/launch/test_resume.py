@@ -128,3 +128,29 @@ def test_nothing_of_either_run_is_left(resumed):
     # torch names a shared-memory segment after the process that made it: none of theirs is left
     left = [name for name in os.listdir("/dev/shm") if any(f"_{pid}_" in name for pid in pids)]
     assert left == []
+
+
+@pytest.mark.slow
+def test_topo_launch_resume_continues_a_run_and_refuses_another_plan_s(tmp_path):
+    from tests.launch.launch_helpers import launch, summary
+
+    data = toy_spec(2, 2)
+    data["collector"] = {"frames_per_batch": 4 * WORKERS}
+    spec = write(tmp_path / "spec.yaml", data)
+    first = launch(spec, "--batches", "2", "--report", tmp_path / "r1", "--quiet")
+    assert first.returncode == 0, first.stderr[-3000:]
+    run1 = summary(tmp_path / "r1")["run_dir"]
+
+    second = launch(spec, "--batches", "2", "--report", tmp_path / "r2", "--resume", tmp_path / "r1", "--quiet")
+    assert second.returncode == 0, second.stderr[-3000:]
+    s = summary(tmp_path / "r2")
+    assert s["launch"]["resumes"] == run1
+    assert s["seeds"]["checked"] == WORKERS and s["seeds"]["mismatches"] == []
+    before, after = Episodes(run1), Episodes(s["run_dir"])
+    assert {e.id.restart for e in before} == {0} and {e.id.restart for e in after} == {1}  # the next worker life
+    assert sorted(e.start["seed"] for e in after if e.id.episode == 0) == [100 + g + WORKERS for g in range(WORKERS)]
+
+    data["assignment"]["seeds"] = {"base": 7}
+    other = write(tmp_path / "other.yaml", data)
+    refused = launch(other, "--batches", "1", "--resume", tmp_path / "r1", "--quiet")
+    assert refused.returncode == 2 and "seeds.base differs" in refused.stderr, refused.stderr[-2000:]

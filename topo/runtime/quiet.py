@@ -10,7 +10,6 @@ dropped (:func:`quiet_fd_sharing`). Any other error is raised and printed as bef
 from __future__ import annotations
 
 import sys
-import threading
 import traceback
 from typing import Any, Callable
 
@@ -46,19 +45,20 @@ def run_quietly(role: str, target: Callable[..., Any], *args: Any, **kwargs: Any
 
 
 def quiet_fd_sharing() -> None:
-    """In this process, from now on: a resource-sharer thread whose peer died while fetching a file descriptor ends
-    without a traceback; every other thread's error is printed as before."""
-    previous = threading.excepthook
+    """In this process, from now on: multiprocessing's resource sharer, whose thread hands ``sys.excepthook`` what
+    it fails on and goes on serving, says nothing when a peer died while fetching a file descriptor; every other
+    error is printed as before."""
+    previous = sys.excepthook
     if getattr(previous, "topo_quiet", False):
         return
 
-    def hook(args) -> None:
-        if issubclass(args.exc_type, _PEER_GONE) and _in_resource_sharer(args.exc_traceback):
+    def hook(exc_type, exc, tb) -> None:
+        if issubclass(exc_type, _PEER_GONE) and _in_resource_sharer(tb):
             return
-        previous(args)
+        previous(exc_type, exc, tb)
 
     hook.topo_quiet = True
-    threading.excepthook = hook
+    sys.excepthook = hook
 
 
 def _in_resource_sharer(tb) -> bool:
