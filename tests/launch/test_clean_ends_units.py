@@ -62,7 +62,19 @@ def _raise_from(cause):
             return outer
 
 
+def _raised_in(filename: str, error: BaseException) -> BaseException:
+    namespace = {}
+    exec(compile("def fail(error):\n    raise error\n", filename, "exec"), namespace)
+    try:
+        namespace["fail"](error)
+    except BaseException as exc:
+        return exc
+
+
 @pytest.mark.parametrize("exc, peer", [
+    (ConnectionRefusedError(111, "refused"), True),  # a dead process's resource sharer
+    (_raised_in("/py/multiprocessing/connection.py", OSError(22, "Invalid argument")), True),
+    (_raised_in("/home/me/env.py", OSError(22, "Invalid argument")), False),
     (EOFError("proc 12 failed, last command: step."), True),
     (_raise_from(ConnectionResetError(104, "reset")), True),
     (RuntimeError("At least one process failed: worker 0 (exit code -9)."), True),

@@ -15,17 +15,18 @@ from typing import Any, Callable
 
 from topo.runtime.rundir import RunDir
 
-_PEER_GONE = (ConnectionResetError, BrokenPipeError, EOFError)
+_PEER_GONE = (ConnectionError, EOFError)  # reset, refused, broken pipe; a pipe's end closed
+_WIRES = ("multiprocessing/connection.py", "multiprocessing/resource_sharer.py")  # where any OSError is the wire's
 
 
 def ended_by_a_peer(exc: BaseException | None) -> bool:
-    """``exc`` or an exception it was raised from is a peer's death: a pipe closed or reset, or torchrl's "At least
-    one process failed"."""
+    """``exc`` or an exception it was raised from is a peer's death: a pipe or socket closed, reset or refused, an
+    error of multiprocessing's connections or file-descriptor sharing, or torchrl's "At least one process failed"."""
     for _ in range(16):
         if exc is None:
             return False
-        if isinstance(exc, _PEER_GONE) or (isinstance(exc, RuntimeError)
-                                           and str(exc).startswith("At least one process failed")):
+        if isinstance(exc, _PEER_GONE) or (isinstance(exc, OSError) and _through(exc.__traceback__, _WIRES)) or (
+                isinstance(exc, RuntimeError) and str(exc).startswith("At least one process failed")):
             return True
         exc = exc.__cause__ or exc.__context__
     return False
@@ -53,7 +54,7 @@ def quiet_fd_sharing() -> None:
         return
 
     def hook(exc_type, exc, tb) -> None:
-        if issubclass(exc_type, _PEER_GONE) and _in_resource_sharer(tb):
+        if issubclass(exc_type, (OSError, EOFError)) and _through(tb, _WIRES[1:]):
             return
         previous(exc_type, exc, tb)
 
@@ -61,9 +62,10 @@ def quiet_fd_sharing() -> None:
     sys.excepthook = hook
 
 
-def _in_resource_sharer(tb) -> bool:
+def _through(tb, files: tuple[str, ...]) -> bool:
+    """The traceback ``tb`` runs through one of ``files`` (path endings)."""
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename.endswith("resource_sharer.py"):
+        if tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith(files):
             return True
         tb = tb.tb_next
     return False

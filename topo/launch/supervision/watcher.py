@@ -20,6 +20,7 @@ import time
 from topo.runtime import child
 from topo.launch.supervision import processes
 from topo.launch.supervision.teardown import STAGES_S
+from topo.runtime import tracked
 
 ROUNDS = 3  # scans, in case a process started while the previous round was ending others
 #: run as ``BOOT RUN_DIR TRAINER_PID TEMPORARY`` (:func:`topo.runtime.child.command`: the trainer's topo, whatever the working directory)
@@ -96,5 +97,7 @@ def _end_run(run_dir: str) -> dict:
     # a resource tracker exits by itself once its users are gone (the exit share); then it is ended
     trackers = processes.of_run(run_dir)
     killed += processes.terminate(processes.wait(trackers, STAGES_S["exit"]), STAGES_S["terminate"], STAGES_S["kill"])
-    return {"terminated": sorted(set(terminated)), "killed": sorted(set(killed)),
+    # what a tracker ended before its users (a Ray actor's, ended by Ray) left registered: unlinked here
+    released = tracked.release_all(run_dir)
+    return {"released": released, "terminated": sorted(set(terminated)), "killed": sorted(set(killed)),
             "left": sorted(p.pid for p in processes.of_run(run_dir))}
