@@ -121,3 +121,34 @@ def test_the_resource_sharer_is_quiet_when_its_peer_died_and_nothing_else_is(mon
     except ConnectionResetError:
         sys.excepthook(*sys.exc_info())
     assert seen == [ValueError, ConnectionResetError]
+
+
+def sender(queue):
+    """Puts a tensor (shared through this process's resource sharer), then dies before anyone fetches it."""
+    import torch
+
+    queue.put(torch.arange(4))
+    queue.close()
+    queue.join_thread()  # written to the pipe
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_an_item_whose_sender_died_before_it_was_read_is_lost_not_the_run_s_failure():
+    import multiprocessing
+    import queue as queues
+    from types import SimpleNamespace
+
+    import torch.multiprocessing  # noqa: F401 - its reductions: a tensor's storage goes by file descriptor
+
+    from topo.launch.local.respawn import _Inbox
+
+    ctx = multiprocessing.get_context("spawn")
+    shared = ctx.Queue()
+    proc = ctx.Process(target=sender, args=(shared,))
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == -signal.SIGKILL
+    inbox = _Inbox(shared, [], SimpleNamespace(recovery=None))
+    with pytest.raises(queues.Empty):
+        inbox._get_any(5)
+    assert inbox.lost_items == 1

@@ -48,6 +48,7 @@ from typing import Any, Callable
 
 from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector
 
+from topo.runtime import quiet
 from topo.runtime.time_breakdown import Pace
 
 from topo.launch import boundary
@@ -352,6 +353,7 @@ class _Inbox:
         self.pipes = pipes
         self.owner = owner
         self.unreadable = False  # an item whose sender could not be read was seen (warned once)
+        self.lost_items = 0  # items whose sender died before they were read
 
     def serve(self, c: int, queue, pipe) -> None:
         self.private[c] = queue  # a previous private queue of c is dropped with what it holds
@@ -386,6 +388,12 @@ class _Inbox:
                     return q.get(block=False), q
                 except queues.Empty:
                     continue
+                except Exception as exc:  # noqa: BLE001 - raised again unless its sender died
+                    if not quiet.ended_by_a_peer(exc):
+                        raise
+                    # its sender died before its tensors were fetched (they come from the sender's resource
+                    # sharer): its rollout is lost, as a dead subcollector's is; the monitor names the death
+                    self.lost_items += 1
         if bell and bell[0] in ready:
             _hush(bell[0])
         raise queues.Empty
