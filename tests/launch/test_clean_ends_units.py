@@ -94,13 +94,21 @@ def test_run_quietly_writes_a_peer_s_death_to_the_run_directory_and_exits_1(tmp_
     with pytest.raises(SystemExit) as ended:
         quiet.run_quietly("worker", broken)
     assert ended.value.code == 1
-    written = list((tmp_path / "tracebacks").iterdir())
-    assert len(written) == 1 and "proc 12 failed" in written[0].read_text()
+    with pytest.raises(SystemExit):  # raised where torchrl checks its workers, once one was found dead
+        quiet.run_quietly("subcollector", _check_for_faulty_process, found_dead=("_check_for_faulty_process",))
+    written = [p.read_text() for p in (tmp_path / "tracebacks").iterdir()]
+    assert len(written) == 2 and sum("proc 12 failed" in text for text in written) == 1
     assert capsys.readouterr().err == ""
 
     with pytest.raises(ValueError, match="a bug"):  # anything else is raised as before
         quiet.run_quietly("worker", lambda: (_ for _ in ()).throw(ValueError("a bug")))
-    assert quiet.run_quietly("worker", lambda x: x + 1, 1) == 2
+    with pytest.raises(ValueError, match="Cannot close"):  # the same error elsewhere is raised
+        quiet.run_quietly("subcollector", _check_for_faulty_process)
+    assert quiet.run_quietly("worker", lambda: 2) == 2
+
+
+def _check_for_faulty_process():
+    raise ValueError("Cannot close a process while it is still running. You should first call join() or terminate().")
 
 
 def test_the_resource_sharer_is_quiet_when_its_peer_died_and_nothing_else_is(monkeypatch):

@@ -110,6 +110,8 @@ NAMES: tuple[Name, ...] = (
     Name("quiet-ends", "torchrl.envs.batched_envs", "_run_worker_pipe_direct", "an env worker's loop, run so that "
          "its subcollector's death ends it quietly (topo.runtime.quiet)"),
     Name("quiet-ends", "torchrl.envs.batched_envs", "_run_worker_pipe_shared_mem", "the same, with shared buffers"),
+    Name("quiet-ends", "torchrl._utils", "_check_for_faulty_process", "what a subcollector's loop raises through it "
+         "follows an env worker's death (boundary.FOUND_DEAD)"),
     Name("quiet-ends", "torchrl.envs.batched_envs", "ParallelEnv._start_workers", "reads the worker loop from its "
          "module when it starts the workers", kind="source",
          members=("func = _run_worker_pipe_direct", "func = _run_worker_pipe_shared_mem")),
@@ -279,7 +281,7 @@ def run_subcollector(target, *args, **kwargs) -> None:
     """A subcollector process: torchrl's loop ``target``, quiet when an env worker's death ends it (the trainer
     names that death: :func:`topo.runtime.quiet.run_quietly`)."""
     quiet.quiet_fd_sharing()
-    quiet.run_quietly("subcollector", target, *args, **kwargs)
+    quiet.run_quietly("subcollector", functools.partial(target, *args, **kwargs), FOUND_DEAD)
 
 
 def quiet_env_workers() -> None:
@@ -296,6 +298,9 @@ def quiet_env_workers() -> None:
 
 
 _WORKER_LOOPS = ("_run_worker_pipe_direct", "_run_worker_pipe_shared_mem")
+#: torchrl's check of a ParallelEnv's workers: what a subcollector's loop raises through it, it raises because a
+#: worker is dead (its own RuntimeError, or a ValueError closing the others while they run)
+FOUND_DEAD = ("_check_for_faulty_process",)
 _WORKER_ORIGINALS: dict[str, Any] = {}
 
 
@@ -305,7 +310,8 @@ def run_env_worker(name: str, *args, **kwargs) -> None:
     from torchrl.envs import batched_envs
 
     quiet.quiet_fd_sharing()
-    quiet.run_quietly("worker", _WORKER_ORIGINALS.get(name) or getattr(batched_envs, name), *args, **kwargs)
+    quiet.run_quietly("worker", functools.partial(_WORKER_ORIGINALS.get(name) or getattr(batched_envs, name), *args,
+                                                  **kwargs))
 
 
 def run_keeping_rollouts(*args, **kwargs) -> None:

@@ -19,27 +19,29 @@ _PEER_GONE = (ConnectionError, EOFError)  # reset, refused, broken pipe; a pipe'
 _WIRES = ("multiprocessing/connection.py", "multiprocessing/resource_sharer.py")  # where any OSError is the wire's
 
 
-def ended_by_a_peer(exc: BaseException | None) -> bool:
+def ended_by_a_peer(exc: BaseException | None, found_dead: tuple[str, ...] = ()) -> bool:
     """``exc`` or an exception it was raised from is a peer's death: a pipe or socket closed, reset or refused, an
-    error of multiprocessing's connections or file-descriptor sharing, or torchrl's "At least one process failed"."""
+    error of multiprocessing's connections or file-descriptor sharing, torchrl's "At least one process failed", or
+    anything raised in a function named in ``found_dead`` (one that runs once a peer was found dead)."""
     for _ in range(16):
         if exc is None:
             return False
         if isinstance(exc, _PEER_GONE) or (isinstance(exc, OSError) and _through(exc.__traceback__, _WIRES)) or (
-                isinstance(exc, RuntimeError) and str(exc).startswith("At least one process failed")):
+                isinstance(exc, RuntimeError) and str(exc).startswith("At least one process failed")) or (
+                found_dead and _in(exc.__traceback__, found_dead)):
             return True
         exc = exc.__cause__ or exc.__context__
     return False
 
 
-def run_quietly(role: str, target: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``target(*args, **kwargs)`` as a run's process ``role`` runs it: ended by a peer's death, its traceback is
-    written to the run directory and the process exits 1, without a word on stderr."""
+def run_quietly(role: str, call: Callable[[], Any], found_dead: tuple[str, ...] = ()) -> Any:
+    """``call()`` as a run's process ``role`` runs it: ended by a peer's death (:func:`ended_by_a_peer`), its
+    traceback is written to the run directory and the process exits 1, without a word on stderr."""
     try:
-        return target(*args, **kwargs)
+        return call()
     except Exception as exc:  # noqa: BLE001 - re-raised unless a peer died
         run = RunDir.current()
-        if run is None or not ended_by_a_peer(exc):
+        if run is None or not ended_by_a_peer(exc, found_dead):
             raise
         run.write("tracebacks", role, traceback=traceback.format_exc())
         sys.exit(1)
@@ -60,6 +62,15 @@ def quiet_fd_sharing() -> None:
 
     hook.topo_quiet = True
     sys.excepthook = hook
+
+
+def _in(tb, functions: tuple[str, ...]) -> bool:
+    """The traceback ``tb`` runs through a function named in ``functions``."""
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name in functions:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _through(tb, files: tuple[str, ...]) -> bool:
