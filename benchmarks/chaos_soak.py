@@ -27,11 +27,13 @@ driver (this process) looks for what the run left: processes whose environment n
 
 Checks (``checks`` in the JSON, exit 1 when one fails): each fault found by a restart or recycle of its
 subcollector that names it (the worker and pid; the subcollector for a subcollector kill), each recovered
-(collecting again); every batch full; the frames a worker life stepped and no batch holds are at most the one
-rollout it was collecting when its life ended (named by that restart or recycle, or by the run's end); RSS and
-fds of the trainer and subcollectors flat within 10 % after warm-up (medians of the first and last fifth of the
-samples after ``--warmup`` of the run); nothing left. Results: ``benchmarks/results/chaos_soak_<env>.json`` and,
-with matplotlib, ``chaos_soak_<env>.png``.
+(collecting again); no restart or recycle without a fault; every batch full; the frames a worker life stepped
+and no batch holds are at most the rollout it was collecting when its life ended (named by that restart or
+recycle), and none for a life that runs at the end (sync: a subcollector idles between batches); RSS and fds of
+the trainer and subcollectors flat within 10 % after warm-up (medians of the first and last fifth of the samples
+after ``--warmup`` of the run); nothing alive after teardown, nothing new in ``/dev/shm``; no traceback or
+"leaked" warning on stderr. Results: ``benchmarks/results/chaos_soak_<env>.json`` and, with matplotlib,
+``chaos_soak_<env>.png``.
 """
 from __future__ import annotations
 
