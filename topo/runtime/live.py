@@ -110,7 +110,7 @@ class Reader:
                 if life is not None:
                     snap.lives[life] = self._life(life)
                 started = self._workers.get((sub["index"], row["index"], k), {}).get("started")
-                if started and started.get("host", HOST) == HOST and _running(started["pid"]):
+                if started and started.get("host", HOST) == HOST and running(started["pid"]):
                     snap.alive.add(started["pid"])
         snap.summary = _summary(self.run.path, self.launched)
         snap.evaluations = _rounds(self.run.path)
@@ -325,7 +325,8 @@ def _slots(path: str) -> list[tuple] | None:
     return [heartbeat.SLOT.unpack_from(data, i) for i in range(0, len(data) - size + 1, heartbeat.STRIDE)]  # a slot's timings follow it
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
+    """Whether process ``pid`` of this host is alive (or someone else's: not ours to signal)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

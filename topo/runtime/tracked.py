@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+from topo.runtime.live import running
+
 FOLDER = "resources"
 
 
@@ -88,17 +90,9 @@ def release_all(run_dir: str) -> int:
     """:func:`release` every process of the run with a file that is no longer alive on this host."""
     folder = os.path.join(run_dir, FOLDER)
     names = os.listdir(folder) if os.path.isdir(folder) else []
-    return sum(release(run_dir, int(name)) for name in names if name.isdigit() and not _alive(int(name)))
+    return sum(release(run_dir, int(name)) for name in names if name.isdigit() and not running(int(name)))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def _tracker() -> str:
