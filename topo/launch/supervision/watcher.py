@@ -17,10 +17,9 @@ import subprocess
 import sys
 import time
 
-from topo.runtime import child
+from topo.runtime import child, tracked
 from topo.launch.supervision import processes
 from topo.launch.supervision.teardown import STAGES_S
-from topo.runtime import tracked
 
 ROUNDS = 3  # scans, in case a process started while the previous round was ending others
 #: run as ``BOOT RUN_DIR TRAINER_PID TEMPORARY`` (:func:`topo.runtime.child.command`: the trainer's topo, whatever the working directory)
