@@ -18,12 +18,14 @@ pending (so several subcollectors can be recovering at once), and injects one of
   (``benchmarks/soak_hooks/sitecustomize.py``, on the run's PYTHONPATH: the env and the spec are not touched);
 - ``kill-subcollector``: SIGKILL a subcollector process.
 
-Injection stops ``--settle`` seconds before the end, so the last fault recovers before the run ends. Every
+Injection stops ``--settle`` seconds before the end; the run outlasts the end (by up to twice the settle) while
+a fault is still being recovered from, as it may be on a loaded machine. Every
 ``--sample-s`` seconds the trainer records the RSS and open fds of itself and of each subcollector, the env
 workers' RSS, the run directory's size, and ``/dev/shm``. At the end the trainer reads each worker life's step
 count from its heartbeat file and the frames each life delivered (from the batches' episode ids), and the
-driver (this process) looks for what the run left: processes whose environment names its run directory, new
-``/dev/shm`` segments and semaphores, and tracebacks or "leaked" warnings on the trainer's stderr.
+driver (this process) looks for what the run left: processes whose environment names its run directory,
+``/dev/shm`` segments and semaphores its processes registered (topo's ledger, ``RUN_DIR/resources``: other
+programs on the host are told apart), and tracebacks or "leaked" warnings on the trainer's stderr.
 
 Checks (``checks`` in the JSON, exit 1 when one fails): each fault found by a restart or recycle of its
 subcollector that names it (the worker and pid; the subcollector for a subcollector kill), each recovered
@@ -31,7 +33,7 @@ subcollector that names it (the worker and pid; the subcollector for a subcollec
 and no batch holds are at most the rollout it was collecting when its life ended (named by that restart or
 recycle), and none for a life that runs at the end (sync: a subcollector idles between batches); RSS and fds of
 the trainer and subcollectors flat within 10 % after warm-up (medians of the first and last fifth of the samples
-after ``--warmup`` of the run); nothing alive after teardown, nothing new in ``/dev/shm``; no traceback or
+after ``--warmup`` of the run); nothing alive after teardown, nothing of the run's left in ``/dev/shm``; no traceback or
 "leaked" warning on stderr. Results: ``benchmarks/results/chaos_soak_<env>.json`` and, with matplotlib,
 ``chaos_soak_<env>.png``.
 """
@@ -107,6 +109,14 @@ class Injector(threading.Thread):
                 out.append(c)
         return out
 
+    def pending(self) -> bool:
+        """Whether a fault has not yet been recovered from: the restart or recycle after it is not collecting."""
+        for f in self.faults:
+            seen = self.events(f["subcollector"])
+            if len(seen) <= f["events_before"] or seen[f["events_before"]]["outcome"] != "collecting":
+                return True
+        return False
+
     def run(self) -> None:
         while not self.halt.wait(self.rng.expovariate(1 / self.mean_gap)):
             if time.monotonic() >= self.stop_at:
@@ -164,11 +174,13 @@ class Sampler(threading.Thread):
         super().__init__(name="soak-sampler", daemon=True)
         self.soaked, self.every, self.progress = run, every, progress
         self.samples: list[dict] = []
+        self.registered: set[str] = set()  # /dev/shm names the run's processes registered, as topo's ledger has them
         self.halt = threading.Event()
 
     def run(self) -> None:
         while True:
             self.samples.append(sample(self.soaked, *self.progress()))
+            self.registered |= registered(self.soaked.run_dir)
             if self.halt.wait(self.every):
                 return
 
@@ -182,6 +194,27 @@ def sample(run, batches: int, frames: int) -> dict:
             "workers_rss_mb": round(sum(m["rss_mb"] or 0 for m in memory), 1),
             "workers_max_rss_mb": max((m["rss_mb"] or 0 for m in memory), default=None),
             "run_dir_bytes": _du(run.run_dir), "dev_shm": len(os.listdir("/dev/shm"))}
+
+
+def registered(run_dir: str) -> set[str]:
+    """The ``/dev/shm`` names (``sem.mp-…``, ``psm_…``) that the run's subcollectors and env workers registered with
+    the resource tracker, from topo's ledger (:mod:`topo.runtime.tracked`): what the run may leave, told apart from
+    what other programs on the host hold."""
+    from topo.runtime import tracked
+
+    folder = os.path.join(run_dir, tracked.FOLDER)
+    out = set()
+    for name in os.listdir(folder) if os.path.isdir(folder) else []:
+        try:
+            with open(os.path.join(folder, name)) as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split(" ", 3)
+            if len(parts) == 4 and parts[0] == "+":
+                out.add(("sem." if parts[1] == "semaphore" else "") + parts[3].lstrip("/"))
+    return out
 
 
 def trainer(args) -> None:
@@ -225,13 +258,14 @@ def trainer(args) -> None:
             loss.backward()
             optim.step()
             run.update_weights()
-            if time.monotonic() >= end:
-                break
+            if time.monotonic() >= end and (not injector.pending() or time.monotonic() >= end + 2 * args.settle):
+                break  # a fault injected before the settle still recovers before the end, on a loaded machine too
         injector.halt.set()
         sampler.halt.set()
         injector.join()
         sampler.join()
         samples = sampler.samples + [sample(run, batches, frames)]
+        shm_names = sorted(sampler.registered | registered(run.run_dir))
         # in sync mode a subcollector idles between batches: what each life stepped is now final
         stepped, current = {}, {}
         for sub in plan.data["subcollectors"]:
@@ -245,7 +279,7 @@ def trainer(args) -> None:
     out = {"env": args.env, "topology": f"{subs} x {workers}", "spec": data, "seed": args.seed,
            "minutes": args.minutes, "mean_gap_s": args.mean_gap, "ready_s": ready_s,
            "batches": {"delivered": batches, "full": full, "frames_per_batch": plan.data["collector"]["frames_per_batch"]},
-           "frames_delivered": frames, "faults": injector.faults,
+           "frames_delivered": frames, "faults": injector.faults, "shm_registered": shm_names,
            "restarts": report["restarts"], "recycles": report["recycles"],
            "lives": [{"global_index": r, "life": life, "stepped": stepped.get((r, life)),
                       "delivered": delivered.get((r, life), 0), "ended": life < current[r]} for r, life in lives],
@@ -310,6 +344,22 @@ def flat(samples: list[dict], warmup: float, key) -> dict:
 
 def _shm() -> set[str]:
     return set(os.listdir("/dev/shm"))
+
+
+def leftovers(t: dict, before: set[str], patience: float = 15.0) -> dict:
+    """What the run left once its trainer has exited: processes whose environment names the run, and ``/dev/shm``
+    names its processes registered (others new since ``before`` belong to other programs, reported apart). Looks
+    again until nothing is left or ``patience`` seconds pass: a process may still be exiting."""
+    ours = set(t["shm_registered"])
+    deadline = time.monotonic() + patience
+    while True:
+        new = _shm() - before
+        left = {"by_environment": _by_environment(t["run_dir"]), "dev_shm": sorted(new & ours),
+                "dev_shm_of_other_programs": len(new - ours)}
+        if not (left["by_environment"] or left["dev_shm"]) or time.monotonic() >= deadline:
+            left["semaphores"] = [n for n in left["dev_shm"] if n.startswith("sem.")]
+            return left
+        time.sleep(0.5)
 
 
 def _by_environment(run_dir: str) -> list[dict]:
@@ -396,9 +446,7 @@ def main() -> None:
             raise SystemExit(f"the soak's trainer failed (exit {code})")
         with open(os.path.join(folder, "trainer.json")) as f:
             t = json.load(f)
-        time.sleep(2)
-        left = {"by_environment": _by_environment(t["run_dir"]), "dev_shm": sorted(_shm() - before)}
-    left["semaphores"] = [n for n in left["dev_shm"] if n.startswith("sem.")]
+        left = leftovers(t, before)
     lines = stderr.splitlines()
     noise = {"tracebacks": sum("Traceback (most recent call last)" in line for line in lines),
              "leaked_warnings": [line for line in lines if "leaked" in line][:10],
