@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -206,3 +207,27 @@ def test_a_trainer_that_ignores_sigint_still_ignores_it_while_waiting_in_topo():
         assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_asking_a_restarted_subcollector_holds_one_heartbeat_map_not_one_a_life(tmp_path):
+    """Over a run of days a subcollector restarts hundreds of times: the trainer keeps the current life's beats file
+    mapped, not every life's (one file descriptor each)."""
+    from topo.runtime import heartbeat
+
+    port = recovery_of(tmp_path)
+    fds = lambda: len(os.listdir("/proc/self/fd"))  # noqa: E731
+    heartbeat.create(port.state.run.path, 1, 0, 2)
+    port.asked(1)
+    held = fds()
+    for restart in range(1, 6):
+        port.judge(1, died(1))
+        port.begin(1)
+        assert port.state.subcollectors[1].restart == restart
+        heartbeat.create(port.state.run.path, 1, restart, 2)
+        port.asked(1)
+        port.asked(1)
+    assert fds() == held
+    stamped = heartbeat.read(port.state.run.path, 1, 5)[0][0]
+    assert stamped > 0  # the current life's slot 0 is the one asked
+    port.close()
+    assert fds() == held - 1

@@ -117,6 +117,10 @@ class Stamp:
         self._steps = self._resets = self._calls = 0
         self._seconds = 0.0
 
+    def close(self) -> None:
+        """Unmap the file (and close the descriptor the map holds)."""
+        self._map.close()
+
     def start(self) -> None:
         self._started = time.time()
         struct.pack_into("=d", self._map, self._at, self._started)

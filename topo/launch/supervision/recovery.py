@@ -43,7 +43,7 @@ class Recovery:
         self.restart_policy = restart_policy
         self.current_weights = weights
         self._graves: list[tuple[Any, float]] = []  # retired subcollector processes not yet gone
-        self._askers: dict[tuple[int, int], Any] = {}  # (subcollector, restart) -> its heartbeat slot 0
+        self._askers: dict[int, tuple[int, Any]] = {}  # subcollector -> (restart, its heartbeat slot 0)
         self.recycler = Recycler(state, monitor.lock)
 
     @property
@@ -140,12 +140,15 @@ class Recovery:
     def asked(self, index: int) -> None:
         """The trainer asked subcollector ``index`` for a batch: from now on it owes one (its heartbeat says so)."""
         restart = self.state.subcollectors[index].restart
-        stamp = self._askers.get((index, restart))
-        if stamp is None:
+        held, stamp = self._askers.get(index, (None, None))
+        if held != restart:
             stamp = heartbeat.asker(self.state.run.path, index, restart)
             if stamp is None:
                 return  # not started yet: asked again once it is
-            self._askers[(index, restart)] = stamp
+            old = self._askers.pop(index, (None, None))[1]
+            if old is not None:
+                old.close()  # the ended life's map: one file descriptor a restart, over a run of days
+            self._askers[index] = (restart, stamp)
         stamp.start()
 
     def abandon(self, index: int, proc) -> None:
@@ -161,9 +164,12 @@ class Recovery:
 
     def close(self) -> None:
         """At teardown: end the retired subcollectors still there, in their grace or not, with their process
-        groups (their forkservers), so that the run leaves none of them behind."""
+        groups (their forkservers), so that the run leaves none of them behind; unmap the beats files asked through."""
         self._bury(now=True)
         self._graves.clear()
+        for _, stamp in self._askers.values():
+            stamp.close()
+        self._askers.clear()
 
     def judge(self, index: int, seen: Failure, *, first_records: bool = True) -> None:
         """Wait for the monitor's verdict on subcollector ``index``; past ``VERDICT_S`` without one (at once
