@@ -1,14 +1,19 @@
-"""A trainer for the async-mode tests: ``python async_trainer.py SPEC REPORT_DIR BATCHES [kill-worker]``.
+"""A trainer for the async-mode tests: ``python async_trainer.py SPEC REPORT_DIR BATCHES [kill-worker|update-weights]``.
 
 It iterates the run's collector and prints one JSON event per batch (its size, the plan rows that took its
 steps, whether every step carries a policy version and an episode id, the episodes they resolve to); with
-``kill-worker`` it SIGKILLs env worker 1 of subcollector 1 after the first batch and reports the error.
+``kill-worker`` it SIGKILLs env worker 1 of subcollector 1 after the first batch and reports the error. With
+``update-weights`` it passes its own policy, perturbs and pushes its weights after each batch, and reports for
+every step whether the log-probability the server stamped is the one the weights of the step's version give.
 """
 from __future__ import annotations
 
 import os
 import signal
 import sys
+
+import torch
+from tensordict import TensorDict
 
 from script_events import emit  # this folder: the script's own path entry
 
@@ -19,8 +24,10 @@ def main() -> None:
     from topo.runtime.rundir import RunDir
 
     spec, report_dir, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    kill = sys.argv[4:] == ["kill-worker"]
-    run = topo.collector(spec, report_dir=report_dir, progress=False)
+    kill, update = sys.argv[4:] == ["kill-worker"], sys.argv[4:] == ["update-weights"]
+    policy = topo.load(spec).make_policy() if update else None
+    weights = {0: TensorDict.from_module(policy).data.clone()} if update else {}  # version -> the weights pushed
+    run = topo.collector(spec, report_dir=report_dir, progress=False, policy=policy)
     try:
         with run:
             rows = [(sub["index"], row["index"]) for sub in run.plan["subcollectors"] for row in sub["workers"]]
@@ -33,6 +40,14 @@ def main() -> None:
                                           for e in set(ids)}),
                      step_rows_match=all(rows[w] == (episodes.get(e).row["subcollector"], episodes.get(e).row["index"])
                                          for w, e in zip(batch["env_index"].tolist(), ids)))
+                if update:
+                    emit(event="acted", **acted_with(policy, weights, batch))
+                    with torch.no_grad():
+                        for p in policy.parameters():
+                            p.add_(0.05 * torch.randn_like(p))
+                    version = run.update_weights()
+                    weights[version] = TensorDict.from_module(policy).data.clone()
+                    emit(event="pushed", version=version, policy_version=run.policy_version)
                 if kill and i == 0:
                     (pid,) = [m["pid"] for m in RunDir(run.run_dir).read_all("markers")
                               if m["name"] == "started" and (m["worker"]["subcollector"], m["worker"]["index"]) == (1, 1)]
@@ -43,6 +58,24 @@ def main() -> None:
     except LaunchError as exc:
         emit(event="launch-error", message=str(exc), subcollector=exc.subcollector, worker=exc.worker)
     emit(event="after", report=run.report.data)
+
+
+def acted_with(policy, weights: dict, batch) -> dict:
+    """Per version in ``batch``: its steps, and the largest gap between the ``action_log_prob`` the server stamped and
+    the one the weights pushed as that version give (a copy of ``policy`` loaded with them)."""
+    import copy
+
+    def gap(steps, v: int) -> float:
+        acting = copy.deepcopy(policy)
+        weights[v].to_module(acting)
+        with torch.no_grad():
+            return float((acting.log_prob(steps) - steps["action_log_prob"]).abs().max())
+
+    flat, out = batch.reshape(-1), {}
+    for v in sorted(set(flat["policy_version"].tolist())):
+        steps = flat[flat["policy_version"] == v]
+        out[str(v)] = {"steps": len(steps), "log_prob_gap": gap(steps, v), "gap_to_version_0": gap(steps, 0)}
+    return {"versions": out}
 
 
 if __name__ == "__main__":

@@ -76,3 +76,24 @@ def test_a_killed_async_worker_is_named_by_its_row_and_nothing_is_left(tmp_path)
     assert not after["report"]["ok"] and after["report"]["error"]["failure"]["kind"] == "worker-died"
     assert after["report"]["processes"]["left_behind"] == []
     assert alive(started_pids(report), t_end) == []
+
+
+def test_the_trainers_weights_reach_the_server_and_every_step_is_acted_with_the_version_it_names(tmp_path):
+    """Async GRPO's premise: a batch may mix versions, and each step's ``policy_version`` names the weights it was
+    acted with: the log-probability the server stamped is the one those weights give, to float precision."""
+    spec, report = async_spec(tmp_path), tmp_path / "report"
+    events = train(spec, report, 5, "update-weights")
+    assert [e for e in events if e["event"] == "launch-error"] == []
+    pushed = [e for e in events if e["event"] == "pushed"]
+    assert [(e["version"], e["policy_version"]) for e in pushed] == [(v, v) for v in range(1, 6)]
+    acted = [e["versions"] for e in events if e["event"] == "acted"]
+    assert list(acted[0]) == ["0"]  # before the first push: the factory's weights
+    seen = {int(v) for versions in acted for v in versions}
+    assert max(seen) >= 2 and all(int(v) <= i for i, versions in enumerate(acted) for v in versions), acted  # never ahead
+    gaps = [g["log_prob_gap"] for versions in acted for g in versions.values()]
+    assert max(gaps) < 1e-3, acted
+    assert min(g["gap_to_version_0"] for versions in acted for v, g in versions.items() if v != "0") > 1e-2  # could fail
+    (after,) = [e for e in events if e["event"] == "after"]
+    s = after["report"]
+    assert s["ok"] and s["policy"]["placement"] == "server" and s["policy"]["updates"] == 5
+    assert s["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 4}

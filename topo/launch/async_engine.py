@@ -15,8 +15,10 @@ instruction as bytes) over its row's kwargs: ``create_env_kwargs`` per worker, o
 The slot layouts come from the backend's declared layout (:mod:`.async_slots`): no env is built in this
 process. Workers are started with ``spawn`` (a forkserver started here would outlive the run).
 
-What it cannot do (restarts, hang detection, recycles, evaluation, Ray, the trainer's weights) is refused
-at validate (:mod:`topo.compiler.rules.async_mode`); its capabilities are empty, so a run asks nothing more of it.
+The trainer's weights reach the server through torchrl's own path (``update_policy_weights_``: the server applies
+them between forwards and bumps its version, stamped on every step it serves): :class:`ServedPlacement`. What it
+cannot do (restarts, hang detection, recycles, evaluation, Ray) is refused at validate
+(:mod:`topo.compiler.rules.async_mode`): a run asks nothing more of it.
 """
 from __future__ import annotations
 
@@ -31,13 +33,14 @@ from topo.backends import BatchKeys, get_backend
 from topo.errors import UsageError
 from topo.runtime.rundir import RunDir
 from topo.launch import async_slots, boundary, episode_versions, observe
+from topo.launch.policy import Placement
 
 
 class AsyncEngine:
     """``AsyncBatchedCollector`` over the plan's rows, on this machine; ``policy_setup`` is set by the run."""
 
     name = "async"
-    capabilities: frozenset[str] = frozenset({"serves_policy"})  # no restarts, weight updates or acks
+    capabilities: frozenset[str] = frozenset({"serves_policy", "weight_updates"})  # no restarts or acks
     weight_sync = None
     policy_setup = None  # topo.launch.policy.PolicySetup: the spec's policy, or the caller's factory over it
 
@@ -96,6 +99,39 @@ class AsyncEngine:
         """Stop the env workers (each closes its env) and the server within ``timeout``; no subcollector exits."""
         collector.shutdown(timeout=timeout, raise_on_error=False)
         return []
+
+
+class ServedPlacement(Placement):
+    """The policy of an async run: the collector starts its server (nothing to start or hand the collector here);
+    :meth:`update` pushes the trainer's weights through it and returns the server's version."""
+
+    def start_server(self, *args: Any, **kwargs: Any) -> None:
+        """The collector starts its server with its first iteration."""
+
+    def collector_kwargs(self, run: RunDir) -> dict[str, Any]:
+        return {}
+
+    def restart_factory(self, index: int) -> None:
+        return None
+
+    def update(self, collector, policy_or_weights=None) -> int:
+        """The weights to the server (before its start: applied before its first forward), under the served
+        module's ``policy`` (:class:`~topo.launch.async_slots.Instructed`); blocks until it applied them."""
+        from tensordict import TensorDict
+
+        started = time.perf_counter()
+        collector.update_policy_weights_(TensorDict({"policy": self._weights(policy_or_weights)}, batch_size=[]))
+        self.updates.append(time.perf_counter() - started)
+        return self.version
+
+    def server_stats(self, timeout: float = 1.0) -> dict | None:
+        return self.stats
+
+    def shutdown(self, timeout: float) -> None:
+        """The engine shuts the collector and its server down."""
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "placement": "server", "weight_sync": "server", "transport": "slots"}
 
 
 def _chunk(plan: dict[str, Any], workers: int) -> int:

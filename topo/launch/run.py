@@ -281,7 +281,9 @@ class _Wiring:
             if setup is None:
                 raise UsageError("collector.mode async serves a policy: give the spec a policy section or policy_factory=")
             engine.policy_setup = setup
-            return cls(setup, features, torchrl, engine, None)
+            from topo.launch.async_engine import ServedPlacement
+
+            return cls(setup, features, torchrl, engine, ServedPlacement(setup, policy, len(plan["subcollectors"])))
         placement = Placement(setup, policy, len(plan["subcollectors"]), weight_sync=engine.weight_sync,
                               collector_acks="collector_acks" in engine.capabilities) if setup else None
         if placement is not None:

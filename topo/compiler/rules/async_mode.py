@@ -1,8 +1,8 @@
 """Rules on ``collector.mode: async``: what one AsyncBatchedCollector over every worker can run, refused at
 validate with the reason, never found mid-run.
 
-Async mode keeps the plan rows, seeds, episode records and the report; it does not (yet) restart a dead or
-hung worker, recycle one, evaluate, run on Ray or take the trainer's weights: each is refused here.
+Async mode keeps the plan rows, seeds, episode records, the trainer's weight updates and the report; it does not
+(yet) restart a dead or hung worker, recycle one, evaluate or run on Ray: each is refused here.
 """
 from __future__ import annotations
 
