@@ -57,6 +57,8 @@ def main() -> None:
                     break
     except LaunchError as exc:
         emit(event="launch-error", message=str(exc), subcollector=exc.subcollector, worker=exc.worker)
+    if update:
+        emit(event="evaluations", results=run.evaluations if run.plan.get("eval") else [])
     emit(event="after", report=run.report.data)
 
 

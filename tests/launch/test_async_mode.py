@@ -1,5 +1,6 @@
 """collector.mode: async with real processes (toy, 2 x 2): the plan rows in the env workers, 0 envs built outside
-them, every step's row, episode and policy version, the report, a dead worker named by its row, nothing left."""
+them, every step's row, episode and policy version, the trainer's weights and evaluation, the report, a dead worker named
+by its row, nothing left."""
 from __future__ import annotations
 
 import subprocess
@@ -18,10 +19,10 @@ POLICY = {"factory": "topo.policies.tinyvla:make", "kwargs": {"action_dim": 4, "
 pytestmark = pytest.mark.slow
 
 
-def async_spec(tmp_path):
+def async_spec(tmp_path, **sections):
     launch = {**LAUNCH_LIMITS, "startup_timeout": 600}  # async workers are spawned: N torch imports on a shared host
     return write(tmp_path / "async.yaml", toy_spec(2, 2, collector={"mode": "async", "frames_per_batch": 16},
-                                                   policy=POLICY, launch=launch))
+                                                   policy=POLICY, launch=launch, **sections))
 
 
 def train(spec, report, *args) -> list[dict]:
@@ -81,7 +82,9 @@ def test_a_killed_async_worker_is_named_by_its_row_and_nothing_is_left(tmp_path)
 def test_the_trainers_weights_reach_the_server_and_every_step_is_acted_with_the_version_it_names(tmp_path):
     """Async GRPO's premise: a batch may mix versions, and each step's ``policy_version`` names the weights it was
     acted with: the log-probability the server stamped is the one those weights give, to float precision."""
-    spec, report = async_spec(tmp_path), tmp_path / "report"
+    spec = async_spec(tmp_path, eval={"tasks": [3], "trials": 4, "workers": 2, "max_episode_steps": 6, "every": 2,
+                                      "seeds": {"base": 1000}})
+    report = tmp_path / "report"
     events = train(spec, report, 5, "update-weights")
     assert [e for e in events if e["event"] == "launch-error"] == []
     pushed = [e for e in events if e["event"] == "pushed"]
@@ -97,3 +100,6 @@ def test_the_trainers_weights_reach_the_server_and_every_step_is_acted_with_the_
     s = after["report"]
     assert s["ok"] and s["policy"]["placement"] == "server" and s["policy"]["updates"] == 5
     assert s["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 4}
+    # the eval rows (held-out task 3) in a sync collector of their own, every 2 pushes, with the pushed weights
+    (evaluations,) = [e["results"] for e in events if e["event"] == "evaluations"]
+    assert [(r["round"], r["step"], r["policy_version"], r["episodes"]) for r in evaluations] == [(1, 2, 2, 4), (2, 4, 4, 4)]

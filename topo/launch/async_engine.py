@@ -106,7 +106,7 @@ class ServedPlacement(Placement):
     :meth:`update` pushes the trainer's weights through it and returns the server's version."""
 
     def start_server(self, *args: Any, **kwargs: Any) -> None:
-        """The collector starts its server with its first iteration."""
+        """The engine starts the server with the collector (:func:`topo.launch.boundary.start_async`)."""
 
     def collector_kwargs(self, run: RunDir) -> dict[str, Any]:
         return {}

@@ -1,8 +1,9 @@
 """Rules on ``collector.mode: async``: what one AsyncBatchedCollector over every worker can run, refused at
 validate with the reason, never found mid-run.
 
-Async mode keeps the plan rows, seeds, episode records, the trainer's weight updates and the report; it does not
-(yet) restart a dead or hung worker, recycle one, evaluate or run on Ray: each is refused here.
+Async mode keeps the plan rows, seeds, episode records, the trainer's weight updates, evaluation (its eval rows in
+a sync collector of their own, as in multi mode) and the report; it does not (yet) restart a dead or hung worker,
+recycle one or run on Ray: each is refused here.
 """
 from __future__ import annotations
 
@@ -44,9 +45,7 @@ def async_mode(spec: Spec, ctx: Context) -> list[Diagnostic]:
     supervise = "torchrl's AsyncBatchedCollector restarts no worker, and topo does not yet rebuild one from its row"
     lacking = [(("launch", "restarts"), spec.restarts_max > 0, "restarts a dead or hung worker", supervise),
                (("launch", "hang_timeout"), spec.hang_timeout is not None, "detects a hung worker", supervise),
-               (("launch", "recycle"), spec.recycle is not None, "recycles a worker past a health budget", supervise),
-               (("eval",), spec.eval is not None, "evaluates",
-                "the eval rows run in a multi collector of their own, beside a run whose weights they read")]
+               (("launch", "recycle"), spec.recycle is not None, "recycles a worker past a health budget", supervise)]
     for path, written, what, why in lacking:
         if written:
             out.append(error("async-unsupported", f"async mode never {what}: {why}", path,
