@@ -34,7 +34,7 @@ def main() -> None:
             for i, batch in enumerate(run.collector):
                 ids = batch["topo_episode"].reshape(-1).tolist()
                 episodes = run.episodes()
-                emit(event="batch", frames=batch.numel(), rows=sorted({rows[e] for e in batch["env_index"].tolist()}),
+                emit(event="batch", run_dir=run.run_dir, frames=batch.numel(), rows=sorted({rows[e] for e in batch["env_index"].tolist()}),
                      versions=sorted(set(batch["policy_version"].reshape(-1).tolist())),
                      episode_rows=sorted({(episodes.get(e).row["subcollector"], episodes.get(e).row["index"])
                                           for e in set(ids)}),

@@ -3,6 +3,8 @@ them, every step's row, episode and policy version, the trainer's weights and ev
 by its row, nothing left."""
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import time
@@ -11,8 +13,12 @@ import pytest
 
 import topo
 
-from tests.launch.launch_helpers import HANG_GUARD_S, HERE, LAUNCH_LIMITS, alive, records, started_pids, subprocess_env, toy_spec, write
+from topo.runtime.rundir import RunDir
+
+from tests.launch.launch_helpers import (HANG_GUARD_S, HERE, LAUNCH_LIMITS, alive, records, started_pids, subprocess_env,
+                                         toy_spec, wait_for, write)
 from tests.launch.script_events import parse
+from tests.launch.test_restarts import _event, _of_run
 
 POLICY = {"factory": "topo.policies.tinyvla:make", "kwargs": {"action_dim": 4, "image_size": 16, "state_dim": 8}}
 
@@ -103,3 +109,24 @@ def test_the_trainers_weights_reach_the_server_and_every_step_is_acted_with_the_
     # the eval rows (held-out task 3) in a sync collector of their own, every 2 pushes, with the pushed weights
     (evaluations,) = [e["results"] for e in events if e["event"] == "evaluations"]
     assert [(r["round"], r["step"], r["policy_version"], r["episodes"]) for r in evaluations] == [(1, 2, 2, 4), (2, 4, 4, 4)]
+
+
+def test_a_sigkilled_async_trainer_leaves_no_process_of_its_run(tmp_path):
+    """The trainer dies while its env workers and server step on their own: the watcher ends them all."""
+    spec = async_spec(tmp_path)
+    proc = subprocess.Popen([sys.executable, str(HERE / "async_trainer.py"), str(spec), str(tmp_path / "report"),
+                             str(10**9)], env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
+    try:
+        run_dir = _event(proc, "batch")["run_dir"]
+        named = {m["pid"] for m in RunDir(run_dir).read_all("markers") if m["name"] in ("constructed", "server")}
+        ours = _of_run(run_dir)
+        assert len(named) == 4 + 1 and named <= set(ours)  # four env workers and the server
+    finally:
+        proc.kill()
+        proc.wait()
+    wait_for(lambda: os.path.exists(os.path.join(run_dir, "watcher.json")), timeout=60, what="the watcher's record")
+    record = json.loads(open(os.path.join(run_dir, "watcher.json")).read())
+    assert record["left"] == []  # ended by the watcher, or by themselves (torchrl's workers watch their parent)
+    wait_for(lambda: not _of_run(run_dir), timeout=30, what="every process of the run to be gone, by environment")
+    assert alive(set(ours) | named, time.time()) == []
