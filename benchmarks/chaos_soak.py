@@ -24,8 +24,9 @@ a fault is still being recovered from, as it may be on a loaded machine. Every
 workers' RSS, the run directory's size, and ``/dev/shm``. At the end the trainer reads each worker life's step
 count from its heartbeat file and the frames each life delivered (from the batches' episode ids), and the
 driver (this process) looks for what the run left: processes whose environment names its run directory,
-``/dev/shm`` segments and semaphores its processes registered (topo's ledger, ``RUN_DIR/resources``: other
-programs on the host are told apart), and tracebacks or "leaked" warnings on the trainer's stderr.
+``/dev/shm`` segments and semaphores its processes registered (topo's ledger, ``RUN_DIR/resources``) or torch
+made in them (``torch_PID_…``): other programs on the host are told apart; and tracebacks or "leaked" warnings
+on the trainer's stderr.
 
 Checks (``checks`` in the JSON, exit 1 when one fails): each fault found by a restart or recycle of its
 subcollector that names it (the worker and pid; the subcollector for a subcollector kill), each recovered
@@ -266,6 +267,7 @@ def trainer(args) -> None:
         sampler.join()
         samples = sampler.samples + [sample(run, batches, frames)]
         shm_names = sorted(sampler.registered | registered(run.run_dir))
+        pids = sorted(run.state.known_pids())  # every life's processes: torch names its files after them
         # in sync mode a subcollector idles between batches: what each life stepped is now final
         stepped, current = {}, {}
         for sub in plan.data["subcollectors"]:
@@ -279,7 +281,7 @@ def trainer(args) -> None:
     out = {"env": args.env, "topology": f"{subs} x {workers}", "spec": data, "seed": args.seed,
            "minutes": args.minutes, "mean_gap_s": args.mean_gap, "ready_s": ready_s,
            "batches": {"delivered": batches, "full": full, "frames_per_batch": plan.data["collector"]["frames_per_batch"]},
-           "frames_delivered": frames, "faults": injector.faults, "shm_registered": shm_names,
+           "frames_delivered": frames, "faults": injector.faults, "shm_registered": shm_names, "pids": pids,
            "restarts": report["restarts"], "recycles": report["recycles"],
            "lives": [{"global_index": r, "life": life, "stepped": stepped.get((r, life)),
                       "delivered": delivered.get((r, life), 0), "ended": life < current[r]} for r, life in lives],
@@ -348,12 +350,14 @@ def _shm() -> set[str]:
 
 def leftovers(t: dict, before: set[str], patience: float = 15.0) -> dict:
     """What the run left once its trainer has exited: processes whose environment names the run, and ``/dev/shm``
-    names its processes registered (others new since ``before`` belong to other programs, reported apart). Looks
+    names its processes registered or torch made in them (others new since ``before`` belong to other programs,
+    reported apart). Looks
     again until nothing is left or ``patience`` seconds pass: a process may still be exiting."""
-    ours = set(t["shm_registered"])
+    torch_files = tuple(f"torch_{pid}_" for pid in t["pids"])
     deadline = time.monotonic() + patience
     while True:
         new = _shm() - before
+        ours = set(t["shm_registered"]) | {name for name in new if name.startswith(torch_files)}
         left = {"by_environment": _by_environment(t["run_dir"]), "dev_shm": sorted(new & ours),
                 "dev_shm_of_other_programs": len(new - ours)}
         if not (left["by_environment"] or left["dev_shm"]) or time.monotonic() >= deadline:

@@ -44,6 +44,30 @@ def test_a_killed_process_s_semaphores_are_unlinked_and_unregistered_and_a_freed
     assert tracked.release(str(tmp_path), proc.pid) == 0  # once
 
 
+def test_a_dead_process_s_torch_files_are_unlinked_and_no_one_else_s(tmp_path):
+    """torch names a shared tensor's file torch_PID_… and unlinks it once opened: a process SIGKILLed between the two
+    leaves it in /dev/shm for good (seen once in a whole-suite run)."""
+    dead = _dead_pid()
+    mine, theirs = f"/dev/shm/torch_{dead}_123_0", f"/dev/shm/torch_{dead + 1}_123_0"
+    for path in (mine, theirs):
+        open(path, "wb").close()
+    try:
+        assert tracked.release(str(tmp_path), dead) == 1  # no ledger: the torch file still goes
+        assert not os.path.exists(mine) and os.path.exists(theirs)
+    finally:
+        for path in (mine, theirs):
+            if os.path.exists(path):
+                os.unlink(path)
+
+
+def _dead_pid() -> int:
+    import subprocess
+
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
 def test_release_all_spares_the_living(tmp_path):
     folder = tmp_path / "resources"
     folder.mkdir()

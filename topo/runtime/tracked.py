@@ -48,13 +48,16 @@ def keep(run_dir: str) -> None:
 
 def release(run_dir: str, pid: int) -> int:
     """Unlink what dead process ``pid`` registered and did not unregister, and unregister it from this process's
-    tracker when it was that one; the names released."""
+    tracker when it was that one; and the ``/dev/shm/torch_PID_*`` files it left (torch names a shared tensor's
+    file after its maker and unlinks it once opened: a process killed between the two leaves it). The names
+    released."""
+    released = _torch_files(pid)
     path = os.path.join(run_dir, FOLDER, str(pid))
     try:
         with open(path) as f:
             lines = f.read().splitlines()
     except OSError:
-        return 0
+        return released
     held: dict[str, tuple[str, str]] = {}
     for line in lines:
         parts = line.split(" ", 3)
@@ -67,7 +70,6 @@ def release(run_dir: str, pid: int) -> int:
     from multiprocessing import resource_tracker as rt
 
     ours = _tracker()
-    released = 0
     for name, (rtype, tracker) in held.items():
         unlink = _unlink(rtype)
         if unlink is None:
@@ -93,6 +95,21 @@ def release_all(run_dir: str) -> int:
     return sum(release(run_dir, int(name)) for name in names if name.isdigit() and not running(int(name)))
 
 
+
+def _torch_files(pid: int, folder: str = "/dev/shm") -> int:
+    """Unlink the shared-memory files torch made in dead process ``pid``; how many."""
+    prefix, gone = f"torch_{pid}_", 0
+    try:
+        names = [name for name in os.listdir(folder) if name.startswith(prefix)]
+    except OSError:
+        return 0
+    for name in names:
+        try:
+            os.unlink(os.path.join(folder, name))
+            gone += 1
+        except OSError:
+            pass  # already gone
+    return gone
 
 
 def _tracker() -> str:
