@@ -16,9 +16,9 @@ The slot layouts come from the backend's declared layout (:mod:`.async_slots`): 
 process. Workers are started with ``spawn`` (a forkserver started here would outlive the run).
 
 The trainer's weights reach the server through torchrl's own path (``update_policy_weights_``: the server applies
-them between forwards and bumps its version, stamped on every step it serves): :class:`ServedPlacement`. What it
-cannot do (restarts, hang detection, recycles, evaluation, Ray) is refused at validate
-(:mod:`topo.compiler.rules.async_mode`): a run asks nothing more of it.
+them between forwards and bumps its version, stamped on every step it serves): :class:`ServedPlacement`. An eval
+section runs as in multi mode (its own sync collector). What it cannot do (restarts, hang detection, recycles, Ray)
+is refused at validate (:mod:`topo.compiler.rules.async_mode`): a run asks nothing more of it.
 """
 from __future__ import annotations
 
@@ -102,17 +102,14 @@ class AsyncEngine:
 
 
 class ServedPlacement(Placement):
-    """The policy of an async run: the collector starts its server (nothing to start or hand the collector here);
-    :meth:`update` pushes the trainer's weights through it and returns the server's version."""
+    """The policy of an async run: the collector starts and shuts down its server (nothing to start or hand the
+    collector here); :meth:`update` pushes the trainer's weights through it and returns the server's version."""
 
     def start_server(self, *args: Any, **kwargs: Any) -> None:
         """The engine starts the server with the collector (:func:`topo.launch.boundary.start_async`)."""
 
     def collector_kwargs(self, run: RunDir) -> dict[str, Any]:
         return {}
-
-    def restart_factory(self, index: int) -> None:
-        return None
 
     def update(self, collector, policy_or_weights=None) -> int:
         """The weights to the server (before its start: applied before its first forward), under the served
@@ -123,12 +120,6 @@ class ServedPlacement(Placement):
         collector.update_policy_weights_(TensorDict({"policy": self._weights(policy_or_weights)}, batch_size=[]))
         self.updates.append(time.perf_counter() - started)
         return self.version
-
-    def server_stats(self, timeout: float = 1.0) -> dict | None:
-        return self.stats
-
-    def shutdown(self, timeout: float) -> None:
-        """The engine shuts the collector and its server down."""
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "placement": "server", "weight_sync": "server", "transport": "slots"}

@@ -95,7 +95,6 @@ def release_all(run_dir: str) -> int:
     return sum(release(run_dir, int(name)) for name in names if name.isdigit() and not running(int(name)))
 
 
-
 def _torch_files(pid: int, folder: str = "/dev/shm") -> int:
     """Unlink the shared-memory files torch made in dead process ``pid``; how many."""
     prefix, gone = f"torch_{pid}_", 0
