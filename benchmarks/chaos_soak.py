@@ -204,18 +204,9 @@ def registered(run_dir: str) -> set[str]:
     from topo.runtime import tracked
 
     folder = os.path.join(run_dir, tracked.FOLDER)
-    out = set()
-    for name in os.listdir(folder) if os.path.isdir(folder) else []:
-        try:
-            with open(os.path.join(folder, name)) as f:
-                lines = f.read().splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            parts = line.split(" ", 3)
-            if len(parts) == 4 and parts[0] == "+":
-                out.add(("sem." if parts[1] == "semaphore" else "") + parts[3].lstrip("/"))
-    return out
+    return {("sem." if rtype == "semaphore" else "") + name.lstrip("/")
+            for file in (os.listdir(folder) if os.path.isdir(folder) else [])
+            for sign, rtype, _, name in tracked.entries(os.path.join(folder, file)) if sign == "+"}
 
 
 def trainer(args) -> None:
@@ -351,8 +342,7 @@ def _shm() -> set[str]:
 def leftovers(t: dict, before: set[str], patience: float = 15.0) -> dict:
     """What the run left once its trainer has exited: processes whose environment names the run, and ``/dev/shm``
     names its processes registered or torch made in them (others new since ``before`` belong to other programs,
-    reported apart). Looks
-    again until nothing is left or ``patience`` seconds pass: a process may still be exiting."""
+    reported apart). Looks again until nothing is left or ``patience`` seconds pass: a process may still be exiting."""
     torch_files = tuple(f"torch_{pid}_" for pid in t["pids"])
     deadline = time.monotonic() + patience
     while True:

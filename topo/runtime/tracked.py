@@ -53,20 +53,14 @@ def release(run_dir: str, pid: int) -> int:
     released."""
     released = _torch_files(pid)
     path = os.path.join(run_dir, FOLDER, str(pid))
-    try:
-        with open(path) as f:
-            lines = f.read().splitlines()
-    except OSError:
+    if not os.path.exists(path):
         return released
     held: dict[str, tuple[str, str]] = {}
-    for line in lines:
-        parts = line.split(" ", 3)
-        if len(parts) == 4:
-            sign, rtype, tracker, name = parts
-            if sign == "+":
-                held[name] = (rtype, tracker)
-            else:
-                held.pop(name, None)
+    for sign, rtype, tracker, name in entries(path):
+        if sign == "+":
+            held[name] = (rtype, tracker)
+        else:
+            held.pop(name, None)
     from multiprocessing import resource_tracker as rt
 
     ours = _tracker()
@@ -86,6 +80,16 @@ def release(run_dir: str, pid: int) -> int:
     except OSError:
         pass
     return released
+
+
+def entries(path: str) -> list[tuple[str, str, str, str]]:
+    """A process's ledger file, in order: (``+`` or ``-``, resource type, tracker, name) for each line."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    return [tuple(parts) for parts in (line.split(" ", 3) for line in lines) if len(parts) == 4]
 
 
 def release_all(run_dir: str) -> int:
