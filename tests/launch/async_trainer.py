@@ -1,8 +1,11 @@
-"""A trainer for the async-mode tests: ``python async_trainer.py SPEC REPORT_DIR BATCHES [kill-worker|update-weights]``.
+"""A trainer for the async-mode tests:
+``python async_trainer.py SPEC REPORT_DIR BATCHES [kill-worker|kill-and-recover|update-weights]``.
 
 It iterates the run's collector and prints one JSON event per batch (its size, the plan rows that took its
-steps, whether every step carries a policy version and an episode id, the episodes they resolve to); with
-``kill-worker`` it SIGKILLs env worker 1 of subcollector 1 after the first batch and reports the error. With
+steps, whether every step carries a policy version and an episode id, the episodes they resolve to, the worker
+lives they come from); with ``kill-worker`` it SIGKILLs env worker 1 of subcollector 1 after the first batch and
+reports the error; ``kill-and-recover`` does too, then stops once every worker of subcollector 1 delivered steps of
+its next life (or after BATCHES). With
 ``update-weights`` it passes its own policy, perturbs and pushes its weights after each batch, and reports for
 every step whether the log-probability the server stamped is the one the weights of the step's version give.
 """
@@ -21,16 +24,19 @@ from script_events import emit  # this folder: the script's own path entry
 def main() -> None:
     import topo
     from topo.errors import LaunchError
+    from topo.runtime.episodes import EpisodeId
     from topo.runtime.rundir import RunDir
 
     spec, report_dir, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    kill, update = sys.argv[4:] == ["kill-worker"], sys.argv[4:] == ["update-weights"]
+    mode = sys.argv[4] if len(sys.argv) > 4 else None
+    kill, recover, update = mode in ("kill-worker", "kill-and-recover"), mode == "kill-and-recover", mode == "update-weights"
     policy = topo.load(spec).make_policy() if update else None
     weights = {0: TensorDict.from_module(policy).data.clone()} if update else {}  # version -> the weights pushed
     run = topo.collector(spec, report_dir=report_dir, progress=False, policy=policy)
     try:
         with run:
             rows = [(sub["index"], row["index"]) for sub in run.plan["subcollectors"] for row in sub["workers"]]
+            seen: set[tuple[int, int, int]] = set()  # (subcollector, worker, life) of the steps so far
             for i, batch in enumerate(run.collector):
                 ids = batch["topo_episode"].reshape(-1).tolist()
                 episodes = run.episodes()
@@ -39,7 +45,10 @@ def main() -> None:
                      episode_rows=sorted({(episodes.get(e).row["subcollector"], episodes.get(e).row["index"])
                                           for e in set(ids)}),
                      step_rows_match=all(rows[w] == (episodes.get(e).row["subcollector"], episodes.get(e).row["index"])
-                                         for w, e in zip(batch["env_index"].tolist(), ids)))
+                                         for w, e in zip(batch["env_index"].tolist(), ids)),
+                     lives=sorted(lives := {(*rows[w], EpisodeId.of(e).restart)
+                                            for w, e in zip(batch["env_index"].tolist(), ids)}))
+                seen |= lives
                 if update:
                     emit(event="acted", **acted_with(policy, weights, batch))
                     with torch.no_grad():
@@ -53,7 +62,7 @@ def main() -> None:
                               if m["name"] == "started" and (m["worker"]["subcollector"], m["worker"]["index"]) == (1, 1)]
                     os.kill(pid, signal.SIGKILL)
                     emit(event="killed", pid=pid)
-                if i + 1 == batches:
+                if i + 1 == batches or recover and {(1, 0, 1), (1, 1, 1)} <= seen:
                     break
     except LaunchError as exc:
         emit(event="launch-error", message=str(exc), subcollector=exc.subcollector, worker=exc.worker)

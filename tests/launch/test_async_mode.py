@@ -1,6 +1,6 @@
 """collector.mode: async with real processes (toy, 2 x 2): the plan rows in the env workers, 0 envs built outside
 them, every step's row, episode and policy version, the trainer's weights and evaluation, the report, a dead worker named
-by its row, nothing left."""
+by its row or restarted from it, nothing left."""
 from __future__ import annotations
 
 import json
@@ -82,6 +82,40 @@ def test_a_killed_async_worker_is_named_by_its_row_and_nothing_is_left(tmp_path)
     (after,) = [e for e in events if e["event"] == "after"]
     assert not after["report"]["ok"] and after["report"]["error"]["failure"]["kind"] == "worker-died"
     assert after["report"]["processes"]["left_behind"] == []
+    assert alive(started_pids(report), t_end) == []
+
+
+def test_a_killed_async_worker_restarts_from_its_row_in_the_same_slots_and_the_run_goes_on(tmp_path):
+    """launch.restarts in async mode: worker (1, 1) SIGKILLed; its subcollector's rows start again in life 1 (the
+    restart's seeds), in the server's same slots, while subcollector 0 steps on; the new lives' steps reach the
+    trainer; the report names the cause, the pids replaced and started; nothing is left."""
+    launch = {**LAUNCH_LIMITS, "startup_timeout": 600, "restarts": {"max": 2}}
+    spec = write(tmp_path / "async.yaml", toy_spec(2, 2, collector={"mode": "async", "frames_per_batch": 16},
+                                                   policy=POLICY, launch=launch))
+    report = tmp_path / "report"
+    events = train(spec, report, 600, "kill-and-recover")
+    t_end = time.time()
+    assert [e for e in events if e["event"] == "launch-error"] == []
+    (killed,) = [e for e in events if e["event"] == "killed"]
+    lives = {tuple(life) for e in events if e["event"] == "batch" for life in e["lives"]}
+    assert {(1, 0, 1), (1, 1, 1)} <= lives and {(0, 0, 0), (0, 1, 0)} <= lives  # subcollector 0 was never restarted
+    assert not {life for life in lives if life[:2] in ((0, 0), (0, 1)) and life[2] != 0}
+    assert all(e["step_rows_match"] for e in events if e["event"] == "batch")
+    (after,) = [e for e in events if e["event"] == "after"]
+    s = after["report"]
+    assert s["ok"]
+    (restart,) = s["restarts"]
+    assert (restart["subcollector"], restart["restart"], restart["outcome"]) == (1, 1, "collecting")
+    assert restart["cause"]["kind"] == "worker-died" and (restart["cause"]["subcollector"], restart["cause"]["worker"]) == (1, 1)
+    assert restart["cause"]["pid"] == killed["pid"] and restart["cause"]["how"] == "killed by SIGKILL"
+    built = {(m["worker"]["subcollector"], m["worker"]["index"], m["restart"]): m["pid"]
+             for m in records(report, "markers") if m["name"] == "constructed"}
+    assert restart["replaced"]["workers"] == [built[1, 0, 0], built[1, 1, 0]]
+    assert restart["started"]["workers"] == [built[1, 0, 1], built[1, 1, 1]]
+    assert restart["seeds"]["planned"] == restart["seeds"]["applied"] == [106, 107]  # life 1: seed + 1 x 4 workers
+    assert restart["first_batch"]["status"] == "ok"
+    assert s["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 6}
+    assert s["processes"]["left_behind"] == [] and s["processes"]["alive_after"] == []
     assert alive(started_pids(report), t_end) == []
 
 

@@ -83,7 +83,7 @@ def test_the_observer_writes_each_subcollectors_record_from_the_rows_that_took_t
 def test_the_plan_chooses_the_async_engine():
     plan = {"collector": {"mode": "async"}, "placement": None, "subcollectors": []}
     assert isinstance(engine_for(plan), AsyncEngine)
-    assert "restarts" not in engine_for(plan).capabilities
+    assert {"restarts", "serves_policy", "weight_updates"} == engine_for(plan).capabilities
 
 
 def test_a_batch_for_a_shared_buffer_carries_its_instructions_as_bytes_and_the_collectors_own_is_untouched():

@@ -17,8 +17,9 @@ process. Workers are started with ``spawn`` (a forkserver started here would out
 
 The trainer's weights reach the server through torchrl's own path (``update_policy_weights_``: the server applies
 them between forwards and bumps its version, stamped on every step it serves): :class:`ServedPlacement`. An eval
-section runs as in multi mode (its own sync collector). What it cannot do (restarts, hang detection, recycles, Ray)
-is refused at validate (:mod:`topo.compiler.rules.async_mode`): a run asks nothing more of it.
+section runs as in multi mode (its own sync collector). A dead env worker restarts from its rows
+(:mod:`.async_respawn`: its subcollector's rows, in the server's same slots). What it cannot do (hang detection,
+recycles, Ray) is refused at validate (:mod:`topo.compiler.rules.async_mode`): a run asks nothing more of it.
 """
 from __future__ import annotations
 
@@ -28,11 +29,11 @@ import os
 import time
 from typing import Any, Callable
 
-from topo.runtime import heartbeat
+from topo.runtime import episodes, heartbeat
 from topo.backends import BatchKeys, get_backend
 from topo.errors import UsageError
 from topo.runtime.rundir import RunDir
-from topo.launch import async_slots, boundary, episode_versions, observe
+from topo.launch import async_respawn, async_slots, boundary, episode_versions, observe
 from topo.launch.policy import Placement
 
 
@@ -40,9 +41,10 @@ class AsyncEngine:
     """``AsyncBatchedCollector`` over the plan's rows, on this machine; ``policy_setup`` is set by the run."""
 
     name = "async"
-    capabilities: frozenset[str] = frozenset({"serves_policy", "weight_updates"})  # no restarts or acks
+    capabilities: frozenset[str] = frozenset({"serves_policy", "weight_updates", "restarts"})  # no acks
     weight_sync = None
     policy_setup = None  # topo.launch.policy.PolicySetup: the spec's policy, or the caller's factory over it
+    respawner = None  # topo.launch.async_respawn.Respawner, once built
 
     def check(self, plan: dict[str, Any]) -> None:
         """Nothing to reach."""
@@ -56,8 +58,9 @@ class AsyncEngine:
     def start_eval_round(self, collector, number: int) -> None:
         """Never called: async mode refuses an eval section at validate."""
 
-    def supervise(self, collector, recovery) -> None:
-        """Never called: async mode has no restarts."""
+    def supervise(self, collector, port) -> None:
+        """From now on the run's restart port decides when env workers start again (:mod:`.async_respawn`)."""
+        self.respawner.supervise(port)
 
     def build(self, plan: dict[str, Any], **kwargs: Any):
         """The collector, its server and env workers started and every env built; ``kwargs`` are the caller's
@@ -70,7 +73,7 @@ class AsyncEngine:
         rows = [row for sub in plan["subcollectors"] for row in sub["workers"]]
         layout = get_backend(plan["env"]["backend"]).layout(plan["env"]["kwargs"])
         request, response, instruction = async_slots.slot_layouts(layout, setup.factory, setup.kwargs)
-        ctx = multiprocessing.get_context("spawn")
+        context = async_respawn.Context(multiprocessing.get_context("spawn"), len(rows))
         if run is not None:
             for sub in plan["subcollectors"]:
                 heartbeat.create(run.path, sub["index"], 0, sub["num_workers"])  # their memory and steps
@@ -84,19 +87,23 @@ class AsyncEngine:
             create_env_kwargs=[row["kwargs"] for row in rows],
             policy_factory=async_slots.server_factory(setup.factory, setup.kwargs, instruction),
             frames_per_batch=plan["collector"]["frames_per_batch"], total_frames=plan["collector"]["total_frames"],
-            transport=ProcessSlotTransport(request, response, num_slots=len(rows), ctx=ctx),
+            transport=ProcessSlotTransport(request, response, num_slots=len(rows), ctx=context.ctx),
             env_backend="multiprocessing",
             server_config=InferenceServerConfig(max_batch_size=len(rows)),
             device_config=InferenceDeviceConfig(policy_device=setup.device or "cpu"),
             transition_chunk_size=kwargs.pop("transition_chunk_size", _chunk(plan, len(rows))),
             post_collect_hook=hook, **kwargs)
+        boundary.async_context(collector, context)  # the server took the plain one: its processes never restart
         boundary.start_async(collector)
+        self.respawner = async_respawn.Respawner(collector, context, plan, on_restart=hook.restarted)
         if run is not None:
             _wait_built(run, len(rows))
         return collector
 
     def shutdown(self, collector, timeout: float) -> list[int | None]:
         """Stop the env workers (each closes its env) and the server within ``timeout``; no subcollector exits."""
+        if self.respawner is not None:
+            self.respawner.stop()
         collector.shutdown(timeout=timeout, raise_on_error=False)
         return []
 
@@ -139,14 +146,17 @@ def _wait_built(run: RunDir, n: int) -> None:
 
 class Observer:
     """topo's ``post_collect_hook`` in async mode, in the trainer: each batch's steps split by the plan row that
-    took them (``env_index`` is the row's place in the plan), each subcollector's ``observed/`` record
-    written as a subcollector of multi mode writes it (:mod:`.observe`); then the user's hook."""
+    took them (``env_index`` is the row's place in the plan) and the worker life they come from (their episode
+    ids say; :meth:`restarted` tells it otherwise), each subcollector life's ``observed/`` record written as a
+    subcollector of multi mode writes it (:mod:`.observe`); then the user's hook."""
 
     def __init__(self, plan: dict[str, Any], run: RunDir | None, user_hook: Callable | None):
         self.rows = [(sub["index"], row["index"]) for sub in plan["subcollectors"] for row in sub["workers"]]
-        self.first = {sub["index"]: [None] * sub["num_workers"] for sub in plan["subcollectors"]}
-        self.batches = {sub["index"]: 0 for sub in plan["subcollectors"]}
-        self.first_time: dict[int, float] = {}
+        self.width = {sub["index"]: sub["num_workers"] for sub in plan["subcollectors"]}
+        self.lives = {sub["index"]: 0 for sub in plan["subcollectors"]}  # each subcollector's current life
+        self.first: dict[tuple[int, int], list] = {}  # (subcollector, life) -> each worker's first steps seen
+        self.batches: dict[tuple[int, int], int] = {}
+        self.first_time: dict[tuple[int, int], float] = {}
         self.run, self.user_hook = run, user_hook
         try:
             self.keys = get_backend(plan["env"]["backend"]).batch_keys
@@ -159,18 +169,27 @@ class Observer:
         if self.user_hook is not None:
             self.user_hook(batch)
 
+    def restarted(self, c: int, life: int) -> None:
+        """Subcollector ``c``'s workers started again, in worker life ``life``."""
+        self.lives[c] = life
+
     def record(self, batch) -> None:
         flat = batch.reshape(-1)
         where = [self.rows[i] for i in flat.get(boundary.env_index_key()).reshape(-1).tolist()]
-        for c in sorted({c for c, _ in where}):
-            self.batches[c] += 1
-            mine = [i for i, (s, _) in enumerate(where) if s == c]
+        ids = flat.get(episodes.KEY, None)
+        lives = ((ids.reshape(-1) >> episodes.LIFE_SHIFT) & ((1 << episodes.LIFE_BITS) - 1)).tolist() \
+            if ids is not None else [self.lives[c] for c, _ in where]
+        for c, k in sorted({(c, k) for (c, _), k in zip(where, lives)}):
+            mine = [i for i, ((s, _), life) in enumerate(zip(where, lives)) if (s, life) == (c, k)]
+            self.batches[c, k] = self.batches.get((c, k), 0) + 1
+            first = self.first.setdefault((c, k), [None] * self.width[c])
             for w in sorted({where[i][1] for i in mine}):
-                if self.first[c][w] is None:
-                    self.first[c][w] = observe.worker_seen(flat[[i for i in mine if where[i][1] == w]], self.keys)
-            self.first_time.setdefault(c, time.time())
-            episode_versions.record(self.run.path, c, 0, self.batches[c], flat[mine])
+                if first[w] is None:
+                    first[w] = observe.worker_seen(flat[[i for i in mine if where[i][1] == w]], self.keys)
+            self.first_time.setdefault((c, k), time.time())
+            episode_versions.record(self.run.path, c, k, self.batches[c, k], flat[mine])
             versions = flat[mine].get(async_slots.VERSION_KEY, None)
-            self.run.put("observed", f"sub{c}", subcollector=c, batches=self.batches[c],
-                         first=[seen or {} for seen in self.first[c]], first_time=self.first_time[c],
+            self.run.put("observed", f"sub{c}" + (f".r{k}" if k else ""), subcollector=c, restart=k,
+                         batches=self.batches[c, k], first=[seen or {} for seen in first],
+                         first_time=self.first_time[c, k],
                          policy_versions=None if versions is None else sorted({int(v) for v in versions.tolist()}))

@@ -121,6 +121,16 @@ NAMES: tuple[Name, ...] = (
     Name("async", "torchrl.collectors._async_batched", "_ENV_IDX_KEY", "the batch key naming each step's env worker"),
     Name("async", "torchrl.modules.inference_server", "ProcessSlotTransport", "async: the slots, from declared layouts"),
     Name("async", "torchrl.modules.inference_server", "InferenceServerConfig", "async: the server's batching"),
+    Name("async", "torchrl.collectors._async_batched", "AsyncBatchedCollector._ensure_started", "makes "
+         "its env workers, result queues and permits with the transport's context, one process per env named after it",
+         kind="source", members=("ctx = self._transport._ctx", "ctx.Queue(maxsize=capacity)",
+                                 "ctx.BoundedSemaphore(capacity)", "ctx.Process(", 'name=f"AsyncBatchedCollector-env-{env_id}"',
+                                 "self._workers.append(process)")),
+    Name("async", "torchrl.collectors._async_batched", "_process_env_loop", "a permit per chunk, sent "
+         "with it", kind="source", members=("result_capacity.acquire(timeout=0.01)", "result_queue.put(transition")),
+    Name("async", "torchrl.modules.inference_server._process_slot", "ProcessSlotTransport.__init__",
+         "the slots' request lock and response events", kind="source",
+         members=("self._request_lock = ", "self._response_events = ")),
     Name("libero", "torchrl.envs.libs.libero", "LiberoEnv._reset", "builder options around each reset"),
     Name("libero", "torchrl.envs.libs.libero", "LiberoEnv._select_init_state", "fixtures_by_init_state"),
     Name("libero", "torchrl.envs.libs.libero", "LiberoEnv._set_seed", "env.set_seed(seed) in each worker"),
@@ -470,6 +480,31 @@ def set_weight_scheme(collector, scheme) -> None:
 def start_async(collector) -> None:
     """Start an ``AsyncBatchedCollector``'s env workers and inference server now (torchrl: at the first batch)."""
     collector._ensure_started()
+
+
+ASYNC_WORKER_PREFIX = "AsyncBatchedCollector-env-"  # torchrl names env worker i's process this, then i
+
+
+def async_context(collector, context) -> None:
+    """Make ``context`` the one an ``AsyncBatchedCollector`` (not started) makes its env workers and their queues
+    with (its server took its own when the collector was built)."""
+    collector._transport._ctx = context
+
+
+def async_workers(collector) -> list:
+    """The started ``AsyncBatchedCollector``'s list of env worker processes (index: the env id)."""
+    return collector._workers
+
+
+def async_slots(collector) -> tuple[Any, list]:
+    """The ``ProcessSlotTransport``'s request lock (its workers and server) and each slot's response event."""
+    transport = collector._transport
+    return transport._request_lock, transport._response_events
+
+
+def forget_trajectory(collector, i: int) -> None:
+    """Drop what an ``AsyncBatchedCollector`` holds of env ``i``'s unfinished trajectory (its worker restarts)."""
+    collector._yield_queues[i].clear()
 
 
 def env_index_key() -> str:

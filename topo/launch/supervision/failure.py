@@ -199,6 +199,16 @@ def remote_worker_died(state: RunState, index: int, worker: int, pid: int | None
                    f"pid {pid} on {where})", at, index, worker, w.row, pid, how=how, restart=w.restart, host=host)
 
 
+def worker_ended(state: RunState, index: int, worker: int, how: str | None, at: float) -> Failure:
+    """An env worker of subcollector ``index`` that the engine saw end (``how``: its exit, or ``"raised"``: its step
+    loop sent an error) before any record of the run named why."""
+    w = state.workers[(index, worker)]
+    if how == "raised":
+        return _at_worker(w, "worker-raised", f"env worker raised while collecting{_in(w.restart)} (pid {w.pid})", at)
+    return _at_worker(w, "worker-died", f"env worker died while collecting without a traceback "
+                      f"({how or 'exit status unknown'}, pid {w.pid})", at, how=how)
+
+
 def actor_died(state: RunState, index: int, reason: str, where: str, at: float) -> Failure:
     """The Ray actor of subcollector ``index`` died on a node that is still there."""
     sub = state.subcollectors[index]

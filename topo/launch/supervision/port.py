@@ -54,6 +54,9 @@ class RestartPort(Protocol):
     def poll_ready(self, c: int, restart: int, pipe: Any, proc: Any) -> str:
         """``"ready"``, ``"waiting"`` or ``"lost"`` for a local restart that starts (its pipe and process)."""
 
+    def built(self, c: int) -> bool:
+        """Every env worker of ``c``'s current start has built its env (an engine whose workers the trainer starts)."""
+
     def instantiated(self, c: int) -> None:
         """The restart of ``c`` collects: its envs are built, its policy has the weights."""
 

@@ -106,6 +106,11 @@ class Recovery:
         with self.monitor.lock:
             return build(self.state)
 
+    def built(self, index: int) -> bool:
+        """Every env worker of subcollector ``index``'s current start has built its env."""
+        with self.monitor.lock:
+            return all(w.constructed is not None for w in self.state.workers.values() if w.subcollector == index)
+
     def instantiated(self, index: int) -> None:
         """The restart of ``index`` collects: its envs are built, its policy has the weights."""
         with self.monitor.lock:

@@ -1,0 +1,112 @@
+"""What an async env worker's death leaves, given back, with real processes SIGKILLed: a lock and an event it held
+(:mod:`topo.runtime.held`), the result permits it held and the messages of its retired life (:mod:`topo.launch.async_respawn`)."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import signal
+import threading
+import time
+
+import pytest
+
+from topo.launch import async_respawn, boundary
+from topo.runtime import held
+
+CTX = multiprocessing.get_context("spawn")
+
+
+def _wait_on(event) -> None:
+    while True:
+        event.wait(0.1)
+
+
+def _hold(lock) -> None:
+    lock.acquire()
+    time.sleep(600)
+
+
+def _killed(target, *args):
+    proc = CTX.Process(target=target, args=args, daemon=True)
+    proc.start()
+    time.sleep(1.0)  # inside its wait, or holding the lock
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join()
+    return proc
+
+
+def _sets(event, timeout: float = 2.0) -> bool:
+    """Whether ``event.set()`` returns within ``timeout`` (from a thread: a blocked one is left behind, daemon)."""
+    setter = threading.Thread(target=event.set, daemon=True)
+    setter.start()
+    setter.join(timeout)
+    return not setter.is_alive()
+
+
+@pytest.mark.parametrize("dies", ["waiting", "holding its lock"])
+@pytest.mark.parametrize("set_before", [False, True])
+def test_an_event_whose_only_waiter_was_killed_can_be_set_again(dies, set_before):
+    event = CTX.Event()
+    _killed(_wait_on if dies == "waiting" else _hold, event if dies == "waiting" else event._cond._lock)
+    if set_before:
+        assert not _sets(event, 0.5)  # the setter waits for the dead (python's Condition.notify), or for its lock
+    assert held.free_event(event)
+    assert _sets(event) and _sets(event)
+    event.clear()
+    waiter = CTX.Process(target=_wait_on, args=(event,), daemon=True)  # a new waiter, as a restarted worker
+    waiter.start()
+    try:
+        time.sleep(0.5)
+        assert _sets(event) and _sets(event)
+    finally:
+        waiter.kill()
+        waiter.join()
+
+
+def test_an_event_nobody_left_holding_is_untouched():
+    event = CTX.Event()
+    assert not held.free_event(event)
+    assert _sets(event) and event.is_set()
+
+
+def test_a_lock_its_dead_holder_kept_is_given_back_and_a_free_one_is_not():
+    lock = CTX.Lock()
+    assert not held.free_lock(lock)
+    _killed(_hold, lock)
+    assert held.free_lock(lock)
+    assert lock.acquire(True, 1.0)  # this process owns it now (given back through a handle of its own)
+    lock.release()
+
+
+def _worker(permits, results, chunks: int, begun) -> None:
+    """An async env worker's use of the permits and the result queue: ``chunks`` sent, one more begun."""
+    for n in range(chunks):
+        assert permits.acquire(timeout=5)
+        results.put({"chunk": n})
+    assert permits.acquire(timeout=5)
+    begun.set()
+    time.sleep(600)
+
+
+def test_a_dead_workers_permits_come_back_and_its_retired_life_is_dropped():
+    context = async_respawn.Context(CTX, 2)
+    results = context.Queue(maxsize=4)
+    permits = context.BoundedSemaphore(4)
+    begun = CTX.Event()
+    proc = CTX.Process(target=_worker, args=(permits, results, 2, begun), name=f"{boundary.ASYNC_WORKER_PREFIX}1",
+                       daemon=True)
+    proc.start()
+    assert results.get(timeout=60) == {"chunk": 0}
+    permits.release()  # the trainer's, on receipt
+    assert begun.wait(30)  # chunk 1 sent, chunk 2 begun
+    time.sleep(0.5)  # chunk 1 through the queue's feeder thread
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join()
+    assert list(context.held) == [0, 1]
+    assert permits.give_back(1) == 1 and list(context.held) == [0, 0]
+    context.life[1] += 1  # its restart: chunk 1, still queued, belongs to the retired life
+    with pytest.raises(queue.Empty):  # chunk 1 dropped, its permit given back
+        results.get(timeout=1.0)
+    assert results.dropped == 1
+    assert all(permits.acquire(timeout=0) for _ in range(4)) and not permits.acquire(timeout=0)  # all 4 back

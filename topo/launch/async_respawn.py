@@ -1,0 +1,278 @@
+"""Restarts in async mode: torchrl's ``AsyncBatchedCollector``, whose env worker processes topo starts again.
+
+torchrl runs each env worker as a process of its own (its env, its step loop, a fixed request slot of the server)
+and restarts none: a dead one ends the collector. The unit of a restart is the plan's subcollector, as in every
+engine (:mod:`topo.launch.supervision.restarts`): in async mode a subcollector is only a group of rows (no process
+of its own), so a plan of one-worker subcollectors restarts one env worker at a time, at no cost.
+
+torchrl makes its worker processes and what they share with the context its transport holds; here that context
+is :class:`Context`, which keeps what a restart needs:
+
+- each worker process's arguments (Python forgets them once it starts): a restart is the same loop, slot, queues
+  and events, over the row's kwargs in the restart's worker life;
+- the result permits (torchrl bounds what its workers hold and send to 2 x N transitions) count the ones each
+  worker holds (:class:`Permits`): a dead worker's are given back;
+- the result and error queues tag each message with its worker and that worker's life (:class:`Tagged`): what a
+  retired life sent is dropped, its permit given back, and so is a result whose sender died before the trainer
+  fetched its tensors; a current worker's error is its restart's cause, judged by the run, never torchrl's raise.
+
+torchrl's ``_workers`` become :class:`_Worker` proxies: ``is_alive()`` asks the run's restart port (as
+:mod:`topo.launch.local.respawn` does for subcollectors), and a restart decided begins there, in the trainer's
+thread: the group's workers SIGKILLed, what they held given back (their permits, their slot's response event and
+the slots' request lock: :mod:`topo.runtime.held`), their lives bumped, their restarts started in the restart's
+launch window. torchrl asks every second while it waits for results. The contract: what the group's old workers
+had not handed to the trainer is lost; the other workers step on.
+
+Not covered: a worker killed while its queue's feeder thread writes one message (a few microseconds) leaves the
+result queue's write lock taken; the run then stalls (``launch.stall_timeout`` names it).
+"""
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from multiprocessing import queues
+from multiprocessing.reduction import ForkingPickler
+from typing import Any, Callable
+
+from topo.runtime import held, heartbeat
+from topo.runtime.rundir import RunDir
+from topo.launch import boundary
+from topo.launch.supervision import failure as failures, processes
+from topo.launch.supervision.port import RestartPort
+
+
+class Context:
+    """The multiprocessing context torchrl starts the async env workers with (``spawn``), keeping what restarts need."""
+
+    def __init__(self, ctx, workers: int):
+        self.ctx = ctx
+        self.made: dict[int, dict[str, Any]] = {}  # env id -> its process's arguments
+        self.held = ctx.Array("i", workers, lock=False)  # permits each worker holds (its own writes only)
+        self.life = ctx.Array("i", workers, lock=False)  # each worker's life: bumped when it restarts
+        self.permits: Permits | None = None
+        self.queues: list[Tagged] = []
+        self.respawner: Respawner | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "ctx":
+            raise AttributeError(name)
+        return getattr(self.ctx, name)
+
+    def __reduce__(self):
+        """Where the transport travels (the server's process), the plain context."""
+        return multiprocessing.get_context, (self.ctx.get_start_method(),)
+
+    def Process(self, *, target, kwargs: dict, name: str, daemon: bool = True):
+        self.made[kwargs["env_id"]] = {"target": target, "kwargs": kwargs, "name": name}
+        return self.ctx.Process(target=target, kwargs=kwargs, name=name, daemon=daemon)
+
+    def BoundedSemaphore(self, value: int) -> Permits:
+        self.permits = Permits(self.ctx.Semaphore(value), self.held)
+        return self.permits
+
+    def Queue(self, maxsize: int = 0) -> Tagged:
+        """torchrl's result queue (``maxsize``: it counts permits) or its error queue; unbounded, the permits bound it."""
+        self.queues.append(Tagged(self, results=maxsize > 0))
+        return self.queues[-1]
+
+
+class Permits:
+    """torchrl's result permits: a worker takes one per transition chunk it builds and sends it with the chunk (the
+    trainer gives it back on receipt); each worker's count of those it holds is kept, for its death."""
+
+    def __init__(self, semaphore, counts):
+        self._sem, self._held = semaphore, counts
+
+    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
+        me = worker_id()
+        if me is not None:
+            self._held[me] += 1  # before: a death in between gives back one too many, never one too few
+        got = self._sem.acquire(block, timeout)
+        if not got and me is not None:
+            self._held[me] -= 1
+        return got
+
+    def release(self) -> None:
+        self._sem.release()
+        me = worker_id()
+        if me is not None:
+            self._held[me] -= 1
+
+    def give_back(self, i: int) -> int:
+        """In the trainer, worker ``i`` dead: the permits it held, released; how many."""
+        n, self._held[i] = max(0, self._held[i]), 0
+        for _ in range(n):
+            self._sem.release()
+        return n
+
+
+class Tagged(queues.Queue):
+    """A queue whose messages carry their worker and its life; the trainer drops a retired life's, and a result it
+    cannot unpickle because its sender died (its permit given back)."""
+
+    def __init__(self, context: Context, results: bool):
+        super().__init__(0, ctx=context.ctx)
+        self._held, self._life, self._results = context.held, context.life, results
+        self._context: Context | None = context  # in the trainer only
+        self.dropped = 0
+
+    def __getstate__(self):
+        return super().__getstate__(), self._held, self._life, self._results
+
+    def __setstate__(self, state):
+        base, self._held, self._life, self._results = state
+        super().__setstate__(base)
+        self._context, self.dropped = None, 0
+
+    def put(self, obj, block: bool = True, timeout: float | None = None) -> None:
+        me = worker_id()
+        super().put((me, self._life[me], bytes(ForkingPickler.dumps(obj))), block, timeout)
+        if self._results:
+            self._held[me] -= 1  # the permit travels with the chunk
+
+    def get(self, block: bool = True, timeout: float | None = None):
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            me, life, payload = super().get(block, None if end is None else max(0.0, end - time.monotonic()))
+            if life == self._life[me]:
+                try:
+                    obj = ForkingPickler.loads(payload)
+                except (EOFError, OSError):  # its sender died before its tensors were fetched: it restarts
+                    obj = None
+                respawner = self._context.respawner
+                if obj is not None and (self._results or respawner is None or not respawner.raised(me)):
+                    return obj
+            self.dropped += 1
+            if self._results:
+                self._context.permits.release()
+
+
+def worker_id() -> int | None:
+    """This process's env id when it is an async env worker (torchrl names its process after it), else None."""
+    return _worker_id(os.getpid())
+
+
+@functools.lru_cache(maxsize=1)
+def _worker_id(pid: int) -> int | None:
+    name, prefix = multiprocessing.current_process().name, boundary.ASYNC_WORKER_PREFIX
+    return int(name[len(prefix):]) if name.startswith(prefix) else None
+
+
+class _Worker:
+    """What torchrl holds of env worker ``i``: its current process, alive as far as torchrl needs to know."""
+
+    def __init__(self, respawner: Respawner, i: int):
+        self._respawner, self._i = respawner, i
+
+    @property
+    def _proc(self):
+        return self._respawner.procs[self._i]
+
+    def is_alive(self) -> bool:
+        return self._respawner.alive(self._i)
+
+    def __getattr__(self, name: str) -> Any:  # pid, exitcode, name, join, terminate, kill, close
+        return getattr(self._proc, name)
+
+
+class Respawner:
+    """Restarts the async env workers of a subcollector when the run's port decides it (:meth:`supervise`)."""
+
+    def __init__(self, collector, context: Context, plan: dict[str, Any], on_restart: Callable[[int, int], None]):
+        """``on_restart(c, k)``: subcollector ``c``'s workers start again, in life ``k``."""
+        self.collector, self.context, self.on_restart = collector, context, on_restart
+        self.where: list[tuple[int, int]] = [(sub["index"], row["index"]) for sub in plan["subcollectors"]
+                                             for row in sub["workers"]]
+        self.groups = {sub["index"]: [i for i, (c, _) in enumerate(self.where) if c == sub["index"]]
+                       for sub in plan["subcollectors"]}
+        self.port: RestartPort | None = None
+        self.live = True
+        self.starting: dict[int, int] = {}  # subcollector -> the restart it is starting
+        self._guard = threading.RLock()
+        self.run = RunDir.current()  # built in the run's launch window
+        workers = boundary.async_workers(collector)
+        self.procs = list(workers)
+        workers[:] = [_Worker(self, i) for i in range(len(workers))]
+        context.respawner = self
+
+    def supervise(self, port: RestartPort) -> None:
+        self.port = port
+
+    def stop(self) -> None:
+        """The run ends: torchrl's shutdown sees the processes as they are."""
+        self.live = False
+
+    @property
+    def dropped(self) -> int:
+        """Messages dropped: a retired life's, or a result whose sender had died."""
+        return sum(q.dropped for q in self.context.queues)
+
+    def alive(self, i: int) -> bool:
+        proc = self.procs[i]
+        if self.port is None or not self.live:
+            return proc.is_alive()
+        with self._guard:
+            self.port.tick()
+            c = self.where[i][0]
+            if self.port.lost(c):
+                self._begin(c)
+            elif c in self.starting:
+                self._poll(c)
+            elif not proc.is_alive():
+                self._judge(i, proc)
+                self._begin(c)
+        return True
+
+    def raised(self, i: int) -> bool:
+        """Worker ``i`` sent an error (its step loop raised): True once its restart began (its error is the
+        restart's cause); the run's failure raised otherwise."""
+        if self.port is None or not self.live:
+            return False
+        with self._guard:
+            c, w = self.where[i]
+            self.port.judge(c, self.port.blame(lambda s: failures.worker_ended(s, c, w, "raised", time.time())))
+            self._begin(c)
+        return True
+
+    def _judge(self, i: int, proc) -> None:
+        c, w = self.where[i]
+        proc.join(0.1)
+        how = processes.describe_exitcode(proc.exitcode)
+        self.port.judge(c, self.port.blame(lambda s: failures.worker_ended(s, c, w, how, time.time())))
+
+    def _begin(self, c: int) -> None:
+        """Restart the env workers of subcollector ``c`` (decided by the run): its restart's rows, same slots."""
+        start = self.port.begin(c)
+        ids = self.groups[c]
+        for i in ids:
+            if self.procs[i].is_alive():
+                os.kill(self.procs[i].pid, signal.SIGKILL)
+        for i in ids:
+            self.procs[i].join()
+        request_lock, response_events = boundary.async_slots(self.collector)
+        for i in ids:
+            self.context.permits.give_back(i)
+            self.context.life[i] += 1
+            held.free_event(response_events[i])
+            boundary.forget_trajectory(self.collector, i)
+        held.free_lock(request_lock)
+        if self.run is not None:
+            heartbeat.create(self.run.path, c, start.restart, len(ids))
+        with start.window:
+            for i, row in zip(ids, start.rows):
+                made = self.context.made[i]
+                proc = self.context.ctx.Process(target=made["target"], name=made["name"], daemon=True,
+                                                kwargs={**made["kwargs"], "create_env_kwargs": row["kwargs"]})
+                proc.start()
+                self.procs[i] = proc
+        self.starting[c] = start.restart
+        self.on_restart(c, start.restart)
+
+    def _poll(self, c: int) -> None:
+        if self.port.built(c):
+            del self.starting[c]
+            self.port.instantiated(c)
