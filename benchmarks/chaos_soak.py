@@ -4,6 +4,7 @@ and recovered, does every batch arrive, is every lost frame accounted for, does 
     python benchmarks/chaos_soak.py                                      # toy 4 x 16 (64 workers), 30 min
     python benchmarks/chaos_soak.py --env libero --topology 2x4          # real LIBERO 2 x 4, 30 min
     python benchmarks/chaos_soak.py --topology 2x2 --minutes 1.5 --mean-gap 6 --out /tmp/soak.json  # short
+    python benchmarks/chaos_soak.py --mode async --topology 8x1 --minutes 10 --mean-gap 10   # async mode, kills
 
 The training run (this file with ``--trainer``, in its own process, its stderr kept) is a GRPO-shaped loop on
 real torchrl processes: TinyVLA in each subcollector, sync batches, one optimizer step and ``update_weights`` a
@@ -17,6 +18,11 @@ pending (so several subcollectors can be recovering at once), and injects one of
 - ``leak-worker``: SIGUSR2 to an env worker, which then holds 32 MB more every half second
   (``benchmarks/soak_hooks/sitecustomize.py``, on the run's PYTHONPATH: the env and the spec are not touched);
 - ``kill-subcollector``: SIGKILL a subcollector process.
+
+``--mode async`` runs the same loop on ``collector.mode: async`` (one AsyncBatchedCollector, the policy on its
+inference server, weights pushed to it): its faults are ``kill-worker`` (async mode refuses ``hang_timeout`` and
+``recycle``, and has no subcollector process), its flatness is the trainer's and the server's, and a worker life may
+have lost what the result permits let it hold (2 x N chunks: async workers step on between batches).
 
 Injection stops ``--settle`` seconds before the end; the run outlasts the end (by up to twice the settle) while
 a fault is still being recovered from, as it may be on a loaded machine. Every
@@ -63,7 +69,7 @@ SHAPE = {"toy": {"steps": 8, "hang_timeout": 15, "max_rss_gb": 0.6, "leak_mb": 3
          "libero": {"steps": 8, "hang_timeout": 60, "max_rss_gb": 2.6, "leak_mb": 64}}
 
 
-def spec(env: str, subcollectors: int, workers: int, hang_timeout: float | None = None) -> dict:
+def spec(env: str, subcollectors: int, workers: int, hang_timeout: float | None = None, mode: str = "multi") -> dict:
     n, shape = subcollectors * workers, SHAPE[env]
     if env == "toy":
         env_section = {"backend": "toy", "kwargs": {"success_steps": 6, "state_dim": 8}}
@@ -74,14 +80,20 @@ def spec(env: str, subcollectors: int, workers: int, hang_timeout: float | None 
             "task_suite": "libero_spatial", "camera_height": 64, "camera_width": 64, "max_episode_steps": 64,
             "env_kwargs": {"hard_reset": False, "camera_names": ["agentview"]}}}
         assignment = {"tasks": f"0-{min(n, 10) - 1}", "init_states": {"mode": "cycle"}, "seeds": {"base": 0}}
-    return {"version": 1, "name": f"chaos-soak-{env}-{subcollectors}x{workers}", "env": env_section,
-            "topology": {"subcollectors": subcollectors, "workers_per_subcollector": workers},
-            "assignment": assignment,
-            "policy": {"factory": "topo.policies.tinyvla:make", "kwargs": POLICY[env], "placement": "subcollector"},
-            "collector": {"frames_per_batch": n * shape["steps"]},
-            "launch": {"startup_timeout": 900, "restarts": {"max": 10000}, "hang_timeout": hang_timeout or shape["hang_timeout"],
-                       "recycle": {"max_rss_gb": shape["max_rss_gb"], "check_every": 1},
-                       "retain_episodes": 50}}
+    out = {"version": 1, "name": f"chaos-soak-{env}-{subcollectors}x{workers}", "env": env_section,
+           "topology": {"subcollectors": subcollectors, "workers_per_subcollector": workers},
+           "assignment": assignment,
+           "policy": {"factory": "topo.policies.tinyvla:make", "kwargs": POLICY[env], "placement": "subcollector"},
+           "collector": {"frames_per_batch": n * shape["steps"]},
+           "launch": {"startup_timeout": 900, "restarts": {"max": 10000}, "hang_timeout": hang_timeout or shape["hang_timeout"],
+                      "recycle": {"max_rss_gb": shape["max_rss_gb"], "check_every": 1},
+                      "retain_episodes": 50}}
+    if mode == "async":  # one server, no copies; what async mode refuses is left out
+        out["policy"].pop("placement")
+        out["collector"]["mode"] = "async"
+        for key in ("hang_timeout", "recycle"):
+            out["launch"].pop(key)
+    return out
 
 
 # -- the trainer (its own process) --------------------------------------------------------------------------------
@@ -189,8 +201,9 @@ class Sampler(threading.Thread):
 def sample(run, batches: int, frames: int) -> dict:
     state = run.state
     memory = run.worker_memory()
+    server = state.server()
     return {"t_s": round(state.elapsed(time.time()), 1), "batches": batches, "frames": frames,
-            "trainer": _proc(os.getpid()),
+            "trainer": _proc(os.getpid()), "server": _proc(server.pid if server else None),
             "subcollectors": {str(c): {**_proc(s.pid), "life": s.restart} for c, s in sorted(state.subcollectors.items())},
             "workers_rss_mb": round(sum(m["rss_mb"] or 0 for m in memory), 1),
             "workers_max_rss_mb": max((m["rss_mb"] or 0 for m in memory), default=None),
@@ -217,7 +230,7 @@ def trainer(args) -> None:
     from topo.runtime import heartbeat
 
     subs, workers = (int(x) for x in args.topology.split("x"))
-    data = spec(args.env, subs, workers, args.hang_timeout)
+    data = spec(args.env, subs, workers, args.hang_timeout, args.mode)
     folder = args.folder
     path = os.path.join(folder, "soak.yaml")
     with open(path, "w") as f:
@@ -269,7 +282,7 @@ def trainer(args) -> None:
             current.update({row["global_index"]: run.state.subcollectors[c].restart for row in sub["workers"]})
     report = run.report.data
     lives = sorted(set(stepped) | set(delivered))
-    out = {"env": args.env, "topology": f"{subs} x {workers}", "spec": data, "seed": args.seed,
+    out = {"env": args.env, "mode": args.mode, "topology": f"{subs} x {workers}", "spec": data, "seed": args.seed,
            "minutes": args.minutes, "mean_gap_s": args.mean_gap, "ready_s": ready_s,
            "batches": {"delivered": batches, "full": full, "frames_per_batch": plan.data["collector"]["frames_per_batch"]},
            "frames_delivered": frames, "faults": injector.faults, "shm_registered": shm_names, "pids": pids,
@@ -317,9 +330,14 @@ def account(t: dict) -> dict:
     unmatched = [{"what": what, "subcollector": e["subcollector"], "decided_s": e["decided_s"],
                   "cause": e.get("cause", {}).get("kind") or e.get("reason")} for what, i, e in events if (what, i) not in used]
     lost = [dict(life, lost=(life["stepped"] or 0) - life["delivered"]) for life in t["lives"]]
-    # an ended life lost at most the rollout it was collecting (its end is a restart or recycle, named); a current
-    # one nothing (in sync mode a subcollector idles between batches)
-    over = [life for life in lost if not 0 <= life["lost"] <= (steps if life["ended"] else 0)]
+    # sync: an ended life lost at most the rollout it was collecting (its end is a restart or recycle, named); a
+    # current one nothing (a subcollector idles between batches). Async: what the result permits let a worker hold
+    # (2 x N chunks and the one it builds), ended or not (its workers step on between batches)
+    n = t["spec"]["topology"]["subcollectors"] * rows_per_sub
+    chunk = max(1, min(64, t["spec"]["collector"]["frames_per_batch"] // n))
+    bound = (lambda life: (2 * n + 1) * chunk) if t.get("mode") == "async" else \
+        (lambda life: steps if life["ended"] else 0)
+    over = [life for life in lost if not 0 <= life["lost"] <= bound(life)]
     return {"faults": faults, "unmatched_events": unmatched, "lives": lost, "lost_frames": sum(x["lost"] for x in lost),
             "lives_over_one_rollout": over, "rollout_steps": steps, "workers_per_subcollector": rows_per_sub}
 
@@ -410,7 +428,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--mean-gap", type=float, default=45.0, help="seconds between faults, on average")
     parser.add_argument("--settle", type=float, default=None, help="seconds before the end without new faults")
-    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--mode", choices=("multi", "async"), default="multi", help="collector.mode")
+    parser.add_argument("--kinds", default=None, help=f"of {','.join(KINDS)} (async: kill-worker only)")
     parser.add_argument("--cycle", action="store_true", help="the kinds in turn, not at random")
     parser.add_argument("--hang-timeout", type=float, default=None, help="launch.hang_timeout (toy 15, libero 60)")
     parser.add_argument("--sample-s", type=float, default=10.0)
@@ -421,6 +440,10 @@ def main() -> None:
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.topology = args.topology or {"toy": "4x16", "libero": "2x4"}[args.env]
+    args.kinds = args.kinds or ("kill-worker" if args.mode == "async" else ",".join(KINDS))
+    if args.mode == "async" and args.kinds != "kill-worker":
+        parser.error("--mode async injects kill-worker only: async mode refuses hang_timeout and recycle, and has no "
+                     "subcollector process")
     if args.settle is None:
         args.settle = 3 * (args.hang_timeout or SHAPE[args.env]["hang_timeout"])
     if args.trainer:
@@ -446,7 +469,7 @@ def main() -> None:
              "leaked_warnings": [line for line in lines if "leaked" in line][:10],
              "lines": len(lines), "text": lines if len(lines) <= 400 else lines[:200] + ["..."] + lines[-200:]}
     acc = account(t)
-    result = {k: t[k] for k in ("env", "topology", "seed", "minutes", "mean_gap_s", "ready_s", "batches",
+    result = {k: t[k] for k in ("env", "mode", "topology", "seed", "minutes", "mean_gap_s", "ready_s", "batches",
                                 "frames_delivered", "exit_code", "constructions", "episodes", "seeds", "processes")}
     result.update(machine={"cores": os.cpu_count(), "load_average_1m_at_end": round(os.getloadavg()[0], 2)},
                   faults=acc["faults"], unmatched_events=acc["unmatched_events"],
@@ -455,8 +478,11 @@ def main() -> None:
                           "lives_over_one_rollout": acc["lives_over_one_rollout"]},
                   flat={"trainer_rss_mb": flat(t["samples"], args.warmup, lambda s: s["trainer"]["rss_mb"]),
                         "trainer_fds": flat(t["samples"], args.warmup, lambda s: s["trainer"]["fds"]),
-                        "subcollectors_rss_mb": flat(t["samples"], args.warmup, lambda s: _sum(s, "rss_mb")),
-                        "subcollectors_fds": flat(t["samples"], args.warmup, lambda s: _sum(s, "fds"))},
+                        **({"server_rss_mb": flat(t["samples"], args.warmup, lambda s: s["server"]["rss_mb"]),
+                            "server_fds": flat(t["samples"], args.warmup, lambda s: s["server"]["fds"])}
+                           if args.mode == "async" else
+                           {"subcollectors_rss_mb": flat(t["samples"], args.warmup, lambda s: _sum(s, "rss_mb")),
+                            "subcollectors_fds": flat(t["samples"], args.warmup, lambda s: _sum(s, "fds"))})},
                   run_dir={"bytes_at_end": t["samples"][-1]["run_dir_bytes"],
                            "bytes_per_recorded_episode": round(t["samples"][-1]["run_dir_bytes"] / max(1, t["episodes"]["recorded"]))},
                   left=left, stderr=noise, samples=t["samples"], restarts=t["restarts"], recycles=t["recycles"])
@@ -481,7 +507,7 @@ def main() -> None:
         json.dump(result, f, indent=1)
     plot(result, os.path.splitext(out)[0] + ".png")
     found = [f["found_s"] for f in acc["faults"] if f.get("found_s") is not None]
-    print(f"{result['env']} {result['topology']}, {args.minutes} min: {len(acc['faults'])} faults {kinds}, "
+    print(f"{result['env']} {result['mode']} {result['topology']}, {args.minutes} min: {len(acc['faults'])} faults {kinds}, "
           f"found {sum(bool(f['found_by']) for f in acc['faults'])}, recovered {sum(f['recovered'] for f in acc['faults'])}"
           f" (found in {statistics.median(found) if found else None} s median), batches {t['batches']['full']}/"
           f"{t['batches']['delivered']} full, frames lost {acc['lost_frames']}; failed checks: "
