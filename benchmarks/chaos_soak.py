@@ -4,7 +4,7 @@ and recovered, does every batch arrive, is every lost frame accounted for, does 
     python benchmarks/chaos_soak.py                                      # toy 4 x 16 (64 workers), 30 min
     python benchmarks/chaos_soak.py --env libero --topology 2x4          # real LIBERO 2 x 4, 30 min
     python benchmarks/chaos_soak.py --topology 2x2 --minutes 1.5 --mean-gap 6 --out /tmp/soak.json  # short
-    python benchmarks/chaos_soak.py --mode async --topology 8x1 --minutes 10 --mean-gap 10   # async mode, kills
+    python benchmarks/chaos_soak.py --mode async --topology 8x1 --minutes 10 --mean-gap 10   # async mode
 
 The training run (this file with ``--trainer``, in its own process, its stderr kept) is a GRPO-shaped loop on
 real torchrl processes: TinyVLA in each subcollector, sync batches, one optimizer step and ``update_weights`` a
@@ -20,9 +20,9 @@ pending (so several subcollectors can be recovering at once), and injects one of
 - ``kill-subcollector``: SIGKILL a subcollector process.
 
 ``--mode async`` runs the same loop on ``collector.mode: async`` (one AsyncBatchedCollector, the policy on its
-inference server, weights pushed to it): its faults are ``kill-worker`` (async mode refuses ``hang_timeout`` and
-``recycle``, and has no subcollector process), its flatness is the trainer's and the server's, and a worker life may
-have lost what the result permits let it hold (2 x N chunks: async workers step on between batches).
+inference server, weights pushed to it): every fault but ``kill-subcollector`` (async mode has no subcollector
+process), its flatness is the trainer's and the server's, and a worker life may have lost what the result permits
+let it hold (2 x N chunks: async workers step on between batches).
 
 Injection stops ``--settle`` seconds before the end; the run outlasts the end (by up to twice the settle) while
 a fault is still being recovered from, as it may be on a loaded machine. Every
@@ -88,11 +88,9 @@ def spec(env: str, subcollectors: int, workers: int, hang_timeout: float | None 
            "launch": {"startup_timeout": 900, "restarts": {"max": 10000}, "hang_timeout": hang_timeout or shape["hang_timeout"],
                       "recycle": {"max_rss_gb": shape["max_rss_gb"], "check_every": 1},
                       "retain_episodes": 50}}
-    if mode == "async":  # one server, no copies; what async mode refuses is left out
+    if mode == "async":  # one server, no copies
         out["policy"].pop("placement")
         out["collector"]["mode"] = "async"
-        for key in ("hang_timeout", "recycle"):
-            out["launch"].pop(key)
     return out
 
 
@@ -429,7 +427,7 @@ def main() -> None:
     parser.add_argument("--mean-gap", type=float, default=45.0, help="seconds between faults, on average")
     parser.add_argument("--settle", type=float, default=None, help="seconds before the end without new faults")
     parser.add_argument("--mode", choices=("multi", "async"), default="multi", help="collector.mode")
-    parser.add_argument("--kinds", default=None, help=f"of {','.join(KINDS)} (async: kill-worker only)")
+    parser.add_argument("--kinds", default=None, help=f"of {','.join(KINDS)} (async: not kill-subcollector)")
     parser.add_argument("--cycle", action="store_true", help="the kinds in turn, not at random")
     parser.add_argument("--hang-timeout", type=float, default=None, help="launch.hang_timeout (toy 15, libero 60)")
     parser.add_argument("--sample-s", type=float, default=10.0)
@@ -440,10 +438,9 @@ def main() -> None:
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.topology = args.topology or {"toy": "4x16", "libero": "2x4"}[args.env]
-    args.kinds = args.kinds or ("kill-worker" if args.mode == "async" else ",".join(KINDS))
-    if args.mode == "async" and args.kinds != "kill-worker":
-        parser.error("--mode async injects kill-worker only: async mode refuses hang_timeout and recycle, and has no "
-                     "subcollector process")
+    args.kinds = args.kinds or ",".join(k for k in KINDS if args.mode == "multi" or k != "kill-subcollector")
+    if args.mode == "async" and "kill-subcollector" in args.kinds:
+        parser.error("--mode async has no subcollector process to kill")
     if args.settle is None:
         args.settle = 3 * (args.hang_timeout or SHAPE[args.env]["hang_timeout"])
     if args.trainer:

@@ -1,11 +1,11 @@
 """A trainer for the async-mode tests:
-``python async_trainer.py SPEC REPORT_DIR BATCHES [kill-worker|kill-and-recover|update-weights]``.
+``python async_trainer.py SPEC REPORT_DIR BATCHES [kill-worker|kill-and-recover|hang-and-recover|recycle|update-weights]``.
 
 It iterates the run's collector and prints one JSON event per batch (its size, the plan rows that took its
 steps, whether every step carries a policy version and an episode id, the episodes they resolve to, the worker
 lives they come from); with ``kill-worker`` it SIGKILLs env worker 1 of subcollector 1 after the first batch and
-reports the error; ``kill-and-recover`` does too, then stops once every worker of subcollector 1 delivered steps of
-its next life (or after BATCHES). With
+reports the error; ``kill-and-recover`` does too (``hang-and-recover``: SIGSTOPs it), then stops once every worker
+of subcollector 1 delivered steps of its next life (or after BATCHES); ``recycle`` stops once every worker did. With
 ``update-weights`` it passes its own policy, perturbs and pushes its weights after each batch, and reports for
 every step whether the log-probability the server stamped is the one the weights of the step's version give.
 """
@@ -29,7 +29,8 @@ def main() -> None:
 
     spec, report_dir, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
     mode = sys.argv[4] if len(sys.argv) > 4 else None
-    kill, recover, update = mode in ("kill-worker", "kill-and-recover"), mode == "kill-and-recover", mode == "update-weights"
+    kill, update = mode in ("kill-worker", "kill-and-recover", "hang-and-recover"), mode == "update-weights"
+    signum = signal.SIGSTOP if mode == "hang-and-recover" else signal.SIGKILL
     policy = topo.load(spec).make_policy() if update else None
     weights = {0: TensorDict.from_module(policy).data.clone()} if update else {}  # version -> the weights pushed
     run = topo.collector(spec, report_dir=report_dir, progress=False, policy=policy)
@@ -37,6 +38,8 @@ def main() -> None:
         with run:
             rows = [(sub["index"], row["index"]) for sub in run.plan["subcollectors"] for row in sub["workers"]]
             seen: set[tuple[int, int, int]] = set()  # (subcollector, worker, life) of the steps so far
+            wanted = {(c, w, 1) for c, w in rows if c == 1 or mode == "recycle"} if mode in (
+                "kill-and-recover", "hang-and-recover", "recycle") else None  # the lives to see before stopping
             for i, batch in enumerate(run.collector):
                 ids = batch["topo_episode"].reshape(-1).tolist()
                 episodes = run.episodes()
@@ -60,9 +63,9 @@ def main() -> None:
                 if kill and i == 0:
                     (pid,) = [m["pid"] for m in RunDir(run.run_dir).read_all("markers")
                               if m["name"] == "started" and (m["worker"]["subcollector"], m["worker"]["index"]) == (1, 1)]
-                    os.kill(pid, signal.SIGKILL)
+                    os.kill(pid, signum)
                     emit(event="killed", pid=pid)
-                if i + 1 == batches or recover and {(1, 0, 1), (1, 1, 1)} <= seen:
+                if i + 1 == batches or wanted is not None and wanted <= seen:
                     break
     except LaunchError as exc:
         emit(event="launch-error", message=str(exc), subcollector=exc.subcollector, worker=exc.worker)

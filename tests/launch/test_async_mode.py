@@ -119,6 +119,46 @@ def test_a_killed_async_worker_restarts_from_its_row_in_the_same_slots_and_the_r
     assert alive(started_pids(report), t_end) == []
 
 
+def test_a_stopped_async_worker_is_found_hung_killed_and_restarted(tmp_path):
+    """launch.hang_timeout in async mode: worker (1, 1) SIGSTOPped (wherever it was: in a step, or waiting for its
+    action) has not stepped while the trainer waits for a batch; it is named, SIGKILLed, its rows restarted."""
+    launch = {**LAUNCH_LIMITS, "startup_timeout": 600, "restarts": {"max": 2}, "hang_timeout": 5}
+    spec = write(tmp_path / "async.yaml", toy_spec(2, 2, collector={"mode": "async", "frames_per_batch": 16},
+                                                   policy=POLICY, launch=launch))
+    report = tmp_path / "report"
+    events = train(spec, report, 2000, "hang-and-recover")
+    t_end = time.time()
+    assert [e for e in events if e["event"] == "launch-error"] == []
+    (stopped,) = [e for e in events if e["event"] == "killed"]
+    lives = {tuple(life) for e in events if e["event"] == "batch" for life in e["lives"]}
+    assert {(1, 0, 1), (1, 1, 1)} <= lives
+    s = [e for e in events if e["event"] == "after"][0]["report"]
+    (restart,) = s["restarts"]
+    assert restart["cause"]["kind"] == "worker-hung" and restart["outcome"] == "collecting"
+    assert (restart["cause"]["subcollector"], restart["cause"]["worker"], restart["cause"]["pid"]) == (1, 1, stopped["pid"])
+    assert "(hang_timeout 5s, pid" in restart["cause"]["message"]
+    assert s["ok"] and s["processes"]["left_behind"] == [] and s["processes"]["alive_after"] == []
+    assert alive(started_pids(report), t_end) == []
+
+
+def test_async_workers_past_a_health_budget_are_rebuilt_between_batches(tmp_path):
+    """launch.recycle in async mode: every worker past max_rss_gb (a spawned worker holds torch: over 200 MB), read
+    every 50 batches; each subcollector's rows rebuilt (the restart's seeds), no restart budget spent, the run goes on."""
+    launch = {**LAUNCH_LIMITS, "startup_timeout": 600, "recycle": {"max_rss_gb": 0.2, "check_every": 50}}
+    spec = write(tmp_path / "async.yaml", toy_spec(2, 2, collector={"mode": "async", "frames_per_batch": 16},
+                                                   policy=POLICY, launch=launch))
+    events = train(spec, tmp_path / "report", 2000, "recycle")
+    assert [e for e in events if e["event"] == "launch-error"] == []
+    lives = {tuple(life) for e in events if e["event"] == "batch" for life in e["lives"]}
+    assert {(c, w, 1) for c in (0, 1) for w in (0, 1)} <= lives
+    s = [e for e in events if e["event"] == "after"][0]["report"]
+    first = {r["subcollector"]: r for r in reversed(s["recycles"])}  # each subcollector's first recycle
+    assert sorted(first) == [0, 1] and s["restarts"] == []
+    assert all(r["breach"]["budget"] == "max_rss_gb" and r["reason"].endswith("> max_rss_gb 0.2") for r in s["recycles"])
+    assert first[1]["seeds"]["planned"] == first[1]["seeds"]["applied"] == [106, 107]
+    assert s["ok"] and s["processes"]["left_behind"] == [] and s["processes"]["alive_after"] == []
+
+
 def test_the_trainers_weights_reach_the_server_and_every_step_is_acted_with_the_version_it_names(tmp_path):
     """Async GRPO's premise: a batch may mix versions, and each step's ``policy_version`` names the weights it was
     acted with: the log-probability the server stamped is the one those weights give, to float precision."""

@@ -185,6 +185,29 @@ def test_a_stopped_worker_is_the_hang_of_a_subcollector_that_waits_on_none_by_it
     assert failure.stopped_in(state, hung, lambda pid: False) is None
 
 
+def test_an_async_worker_that_has_not_stepped_since_the_trainer_asked_hangs_alone(tmp_path):
+    """Async mode: each worker steps on its own; while the trainer waits for a batch, one idle for the timeout hangs,
+    whatever its siblings' counts, the trainer's last hold of a batch left out; while it holds one, none does."""
+    state = state_of(tmp_path, sub(0, 10, 101), started(0, 0, 20, 102), started(0, 1, 21, 102))
+    owes = [(200.0, 197.0), (209.0, 209.5), (180.0, 196.0)]  # held 197-200; worker 1 idle since 196, worker 0 steps
+    found = failure.hung(state, {0: owes}, timeout=10, now=210.0, steps={0: [90, 95]}, independent=True)
+    assert (found.kind, found.subcollector, found.worker, found.pid, found.at) == ("worker-hung", 0, 1, 21, 209.0)
+    assert found.message == ("env worker hung while collecting: no step for 11.0s while the trainer waited for a batch "
+                             "(hang_timeout 10s, pid 21); it took 95 steps")
+    assert failure.hung(state, {0: owes}, timeout=10, now=208.0, steps={0: [90, 95]}, independent=True) is None
+    asked_often = [(209.9, 209.8), (209.7, 209.8), (180.0, 196.0)]  # batches every 0.1 s: idle since 196 all the same
+    assert failure.hung(state, {0: asked_often}, timeout=10, now=210.0, independent=True).worker == 1
+    stalled = [(200.0, 199.9), (180.0, 199.5), (180.0, 198.0)]  # asked at 200; no worker stepped since
+    assert failure.hung(state, {0: stalled}, timeout=10, now=211.0, independent=True) is None  # the stall watch's
+    found = failure.hung(state, {0: stalled}, timeout=10, now=211.0, independent=True, is_stopped=lambda pid: pid == 21)
+    assert (found.worker, found.pid) == (1, 21) and found.message.startswith("env worker stopped while collecting")
+    held = [(200.0, 201.0), (180.0, 182.0), (180.0, 181.0)]  # the trainer has its batch: workers may wait on permits
+    assert failure.hung(state, {0: held}, timeout=10, now=500.0, independent=True) is None
+    in_step = [(200.0, 150.0), (205.0, 209.5), (199.0, 198.0)]  # worker 1 in a step since 199: the step rule first
+    found = failure.hung(state, {0: in_step}, timeout=10, now=211.0, independent=True)
+    assert (found.worker, found.at) == (1, 209.0) and "its step has not returned for 12.0s" in found.message
+
+
 def test_beats_file_roundtrip_and_stamped_steps(tmp_path, monkeypatch):
     monkeypatch.setenv(RESTART_VAR, "2")
     run = RunDir(str(tmp_path))

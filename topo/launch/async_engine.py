@@ -17,9 +17,9 @@ process. Workers are started with ``spawn`` (a forkserver started here would out
 
 The trainer's weights reach the server through torchrl's own path (``update_policy_weights_``: the server applies
 them between forwards and bumps its version, stamped on every step it serves): :class:`ServedPlacement`. An eval
-section runs as in multi mode (its own sync collector). A dead env worker restarts from its rows
-(:mod:`.async_respawn`: its subcollector's rows, in the server's same slots). What it cannot do (hang detection,
-recycles, Ray) is refused at validate (:mod:`topo.compiler.rules.async_mode`): a run asks nothing more of it.
+section runs as in multi mode (its own sync collector). A dead or hung env worker, or one past a health budget,
+starts again from its rows (:mod:`.async_respawn`: its subcollector's rows, in the server's same slots). What it
+cannot do (Ray, a policy anywhere but its server) is refused at validate (:mod:`topo.compiler.rules.async_mode`).
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ class AsyncEngine:
     """``AsyncBatchedCollector`` over the plan's rows, on this machine; ``policy_setup`` is set by the run."""
 
     name = "async"
-    capabilities: frozenset[str] = frozenset({"serves_policy", "weight_updates", "restarts"})  # no acks
+    capabilities: frozenset[str] = frozenset({"serves_policy", "weight_updates", "restarts"})
     weight_sync = None
     policy_setup = None  # topo.launch.policy.PolicySetup: the spec's policy, or the caller's factory over it
     respawner = None  # topo.launch.async_respawn.Respawner, once built
@@ -64,8 +64,7 @@ class AsyncEngine:
 
     def build(self, plan: dict[str, Any], **kwargs: Any):
         """The collector, its server and env workers started and every env built; ``kwargs`` are the caller's
-        torchrl options (topo's ``pre_collect_hook`` stamps hang detection, which async mode refuses)."""
-        from torchrl.collectors import AsyncBatchedCollector
+        torchrl options (topo's ``pre_collect_hook`` is for subcollectors: its iterator stamps the batch owed here)."""
         from torchrl.modules.inference_server import (InferenceDeviceConfig, InferenceServerConfig,
                                                       ProcessSlotTransport)
 
@@ -82,7 +81,7 @@ class AsyncEngine:
             raise UsageError("collector.mode async takes no pre_collect_hook: torchrl's AsyncBatchedCollector calls "
                              "none (use post_collect_hook, or collector.mode: multi)")
         hook = Observer(plan, run, kwargs.pop("post_collect_hook", None))
-        collector = AsyncBatchedCollector(
+        collector = async_respawn.Supervised(
             [functools.partial(async_slots.make_env, instruction)] * len(rows),
             create_env_kwargs=[row["kwargs"] for row in rows],
             policy_factory=async_slots.server_factory(setup.factory, setup.kwargs, instruction),
@@ -95,7 +94,8 @@ class AsyncEngine:
             post_collect_hook=hook, **kwargs)
         boundary.async_context(collector, context)  # the server took the plain one: its processes never restart
         boundary.start_async(collector)
-        self.respawner = async_respawn.Respawner(collector, context, plan, on_restart=hook.restarted)
+        self.respawner = collector.respawner = async_respawn.Respawner(collector, context, plan,
+                                                                       on_restart=hook.restarted)
         if run is not None:
             _wait_built(run, len(rows))
         return collector

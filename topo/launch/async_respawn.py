@@ -16,6 +16,11 @@ is :class:`Context`, which keeps what a restart needs:
   retired life sent is dropped, its permit given back, and so is a result whose sender died before the trainer
   fetched its tensors; a current worker's error is its restart's cause, judged by the run, never torchrl's raise.
 
+Its iterator (:class:`Supervised`) times the trainer between batches (the time breakdown's pace), stamps each
+subcollector's beats file while a batch is owed (a worker that has not stepped for ``launch.hang_timeout`` while
+one is owed hangs: :func:`topo.runtime.heartbeat.waiting_on`) and asks the run's health budgets between batches
+(``launch.recycle``: a worker past one is rebuilt as a restart is).
+
 torchrl's ``_workers`` become :class:`_Worker` proxies: ``is_alive()`` asks the run's restart port (as
 :mod:`topo.launch.local.respawn` does for subcollectors), and a restart decided begins there, in the trainer's
 thread: the group's workers SIGKILLed, what they held given back (their permits, their slot's response event and
@@ -38,11 +43,37 @@ from multiprocessing import queues
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable
 
+from torchrl.collectors import AsyncBatchedCollector
+
 from topo.runtime import held, heartbeat
 from topo.runtime.rundir import RunDir
+from topo.runtime.time_breakdown import Pace
 from topo.launch import boundary
 from topo.launch.supervision import failure as failures, processes
 from topo.launch.supervision.port import RestartPort
+
+
+class Supervised(AsyncBatchedCollector):
+    """torchrl's collector; its iterator keeps the trainer's pace, the batch owed and the health budgets."""
+
+    respawner: Respawner | None = None  # set once its workers started
+
+    def iterator(self):
+        self.pace = pace = Pace()  # the trainer's time between batches (topo.runtime.time_breakdown)
+        pace.asked(time.monotonic())
+        self._owed(True)
+        for batch in super().iterator():
+            pace.got(time.monotonic())
+            self._owed(False)
+            yield batch
+            pace.asked(time.monotonic())
+            self._owed(True)
+            if self.respawner is not None:
+                self.respawner.between_batches()
+
+    def _owed(self, on: bool) -> None:
+        if self.respawner is not None:
+            self.respawner.owed(on)
 
 
 class Context:
@@ -192,6 +223,8 @@ class Respawner:
         self.port: RestartPort | None = None
         self.live = True
         self.starting: dict[int, int] = {}  # subcollector -> the restart it is starting
+        self.lives = {c: 0 for c in self.groups}  # each subcollector's current worker life
+        self._owing: dict[int, tuple[int, Any]] = {}  # subcollector -> (life, its beats file's slot 0, mapped)
         self._guard = threading.RLock()
         self.run = RunDir.current()  # built in the run's launch window
         workers = boundary.async_workers(collector)
@@ -203,8 +236,33 @@ class Respawner:
         self.port = port
 
     def stop(self) -> None:
-        """The run ends: torchrl's shutdown sees the processes as they are."""
+        """The run ends: torchrl's shutdown sees the processes as they are; the beats files are unmapped."""
         self.live = False
+        for _, stamp in self._owing.values():
+            stamp.close()
+        self._owing.clear()
+
+    def owed(self, on: bool) -> None:
+        """The trainer waits for a batch (``on``), or has it: stamped in each subcollector's beats file (slot 0)."""
+        if self.run is None or not self.live:
+            return
+        for c, life in self.lives.items():
+            held_life, stamp = self._owing.get(c, (None, None))
+            if held_life != life:
+                fresh = heartbeat.asker(self.run.path, c, life)
+                if fresh is None:
+                    continue
+                if stamp is not None:
+                    stamp.close()
+                self._owing[c] = (life, fresh)
+                stamp = fresh
+            stamp.start() if on else stamp.end()
+
+    def between_batches(self) -> None:
+        """The run's health budgets (a worker past one: its subcollector is rebuilt at the next check)."""
+        if self.port is not None and self.live:
+            with self._guard:
+                self.port.between_batches()
 
     @property
     def dropped(self) -> int:
@@ -269,7 +327,7 @@ class Respawner:
                                                 kwargs={**made["kwargs"], "create_env_kwargs": row["kwargs"]})
                 proc.start()
                 self.procs[i] = proc
-        self.starting[c] = start.restart
+        self.starting[c] = self.lives[c] = start.restart
         self.on_restart(c, start.restart)
 
     def _poll(self, c: int) -> None:

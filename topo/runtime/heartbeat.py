@@ -265,20 +265,27 @@ def read(run_dir: str, subcollector: int, restart: int) -> list[tuple[float, flo
     return None if slots is None else [slot[:2] for slot in slots]
 
 
-def waiting_on(slots: list[tuple[float, float]], steps: list[int], timeout: float, now: float) -> dict[int, float] | None:
+def waiting_on(slots: list[tuple[float, float]], steps: list[int], timeout: float, now: float,
+               independent: bool = False) -> dict[int, float] | None:
     """What hangs in a subcollector, from its heartbeat ``slots`` (slot 0 the rollout's
     (asked, delivered), slot ``w + 1`` worker ``w``'s step (started, ended)) and its workers' ``steps``: None
     when nothing does; else the workers to blame, each with how long the rollout has waited on it. Those in a
     step or reset started more than ``timeout`` ago; or, when the rollout is owed and no worker stepped for
     ``timeout``, those the step waits on: fewer steps than the others (the workers of a ``ParallelEnv`` step
     together; one stopped before it could stamp its step shows so). An empty dict: the rollout is owed and
-    waits on no worker (the collector itself hangs)."""
+    waits on no worker (the collector itself hangs). ``independent`` workers (async mode: each steps on its own,
+    the trainer owes the batch): while it is owed, each that has not stepped for ``timeout``, the trainer's last
+    hold of a batch left out (a worker may wait for result permits meanwhile)."""
     asked, delivered = slots[0]
     workers = slots[1:]
     busy = {i: now - started for i, (started, ended) in enumerate(workers) if started > ended}
-    if busy:
-        late = {i: seconds for i, seconds in busy.items() if seconds > timeout}
+    late = {i: seconds for i, seconds in busy.items() if seconds > timeout}
+    if late or busy and not independent:
         return late or None
+    if independent:
+        idle = {i: now - ended - max(0.0, asked - max(delivered, ended))
+                for i, (started, ended) in enumerate(workers) if started <= ended}
+        return {i: seconds for i, seconds in idle.items() if seconds > timeout} or None if asked > delivered else None
     last = max([asked, *(ended for _, ended in workers)])
     if asked <= delivered or now - last <= timeout:
         return None

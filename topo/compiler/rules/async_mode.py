@@ -2,8 +2,8 @@
 validate with the reason, never found mid-run.
 
 Async mode keeps the plan rows, seeds, episode records, the trainer's weight updates, evaluation (its eval rows in
-a sync collector of their own, as in multi mode), restarts of a dead worker (its subcollector's rows) and the report;
-it does not (yet) find a hung worker, recycle one or run on Ray: each is refused here.
+a sync collector of their own, as in multi mode), restarts of a dead or hung worker and recycles (its subcollector's
+rows) and the report; it does not run on Ray, nor with the policy anywhere but its server: each is refused here.
 """
 from __future__ import annotations
 
@@ -42,14 +42,6 @@ def async_mode(spec: Spec, ctx: Context) -> list[Diagnostic]:
     if spec.wrote("collector", "sync") and not spec.sync:
         out.append(error("async-sync-unused", "collector.sync chooses between torchrl's multi collectors; async mode "
                          "has no barrier to drop", ("collector", "sync"), "remove collector.sync, " + MULTI))
-    beats = "an async worker steps on its own, with no batch owed to tell a hang from a wait, and topo does not yet time one"
-    lacking = [(("launch", "hang_timeout"), spec.hang_timeout is not None, "detects a hung worker", beats),
-               (("launch", "recycle"), spec.recycle is not None, "recycles a worker past a health budget",
-                "topo does not yet read an async worker's health between batches")]
-    for path, written, what, why in lacking:
-        if written:
-            out.append(error("async-unsupported", f"async mode never {what}: {why}", path,
-                             f"remove {'.'.join(path)}, " + MULTI))
     for task, text in sorted({**(ctx.catalog.language if ctx.catalog else {}), **spec.instructions}.items()):
         if text is not None and len(text.encode()) > INSTRUCTION_BYTES:
             where = ("assignment", "instructions", task) if task in spec.instructions else mode

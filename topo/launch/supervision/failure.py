@@ -114,7 +114,8 @@ def _candidates(state: RunState):
 
 
 def hung(state: RunState, beats: Mapping[int, list[tuple[float, float]]], timeout: float, now: float,
-         steps: Mapping[int, list[int]] | None = None) -> Failure | None:
+         steps: Mapping[int, list[int]] | None = None, independent: bool = False,
+         is_stopped: Callable[[int], bool] | None = None) -> Failure | None:
     """The first hang the heartbeats show (:func:`topo.runtime.heartbeat.waiting_on`), among the subcollectors in
     ``beats`` (``steps``: each one's workers' step counts, when known).
 
@@ -122,12 +123,17 @@ def hung(state: RunState, beats: Mapping[int, list[tuple[float, float]]], timeou
     batch, no worker stepped for ``timeout`` seconds and it took fewer steps than its siblings (stopped before
     its step began); a subcollector, when it owes a batch and waits on none of its workers. A hang happens
     ``timeout`` seconds after the step started (or the last one ended): that is its time for blame.
+    ``independent``: async mode's workers, each stepping on its own (:func:`topo.runtime.heartbeat.waiting_on`). One
+    idle (not in a step) hangs only while others step (within ``timeout``), or when it is stopped (``is_stopped(pid)``):
+    a worker stopped where it shares a lock or an event with the server stalls every worker, and it is the one named.
     """
     found = []
+    latest = max((ended for slots in beats.values() for _, ended in slots[1:]), default=0.0)
+    progressing = now - latest <= timeout
     for c, slots in beats.items():
         sub = state.subcollectors[c]
         counts = list((steps or {}).get(c) or [0] * (len(slots) - 1))
-        waits = heartbeat.waiting_on(slots, counts, timeout, now)
+        waits = heartbeat.waiting_on(slots, counts, timeout, now, independent)
         if waits is None:
             continue
         if not waits:
@@ -143,6 +149,13 @@ def hung(state: RunState, beats: Mapping[int, list[tuple[float, float]]], timeou
             if started > ended:
                 message = (f"env worker hung while collecting: its step has not returned for {now - started:.1f}s "
                            f"(hang_timeout {timeout:g}s, pid {w.pid}); it last finished a step {now - ended:.1f}s ago")
+            elif independent:
+                stopped = is_stopped is not None and w.pid is not None and is_stopped(w.pid)
+                if not (progressing or stopped):
+                    continue  # every worker waits: not this one's hang (a stalled server is the stall watch's)
+                message = (f"env worker {'stopped' if stopped else 'hung'} while collecting: no step for {seconds:.1f}s "
+                           f"while the trainer waited for a batch (hang_timeout {timeout:g}s, pid {w.pid}); it took "
+                           f"{counts[i]} steps")
             else:
                 message = (f"env worker hung while collecting: its subcollector has waited {seconds:.1f}s for its step "
                            f"(hang_timeout {timeout:g}s, pid {w.pid}); it took {counts[i]} steps, its siblings "

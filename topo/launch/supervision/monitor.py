@@ -43,6 +43,7 @@ class Monitor:
         # under Ray each actor watches its own env workers (their heartbeats are on its node: :mod:`.ray_node`)
         self.hang_timeout = None if engine(state.plan) == "ray" else state.plan["launch"].get("hang_timeout")
         self.budget = restarts.Budget(state.plan["launch"].get("restarts"))
+        self.independent = (state.plan.get("collector") or {}).get("mode") == "async"  # no subcollector process: workers alone
         self.failure: failure.Failure | None = None
         self.lock = threading.RLock()  # held while the state changes; take it to read the state consistently
         self.seen: set[int] = set()  # every pid of the run seen alive (records and environment scans)
@@ -149,12 +150,12 @@ class Monitor:
         self._last_beats = now
         beats, steps = {}, {}
         for c, sub in self.state.subcollectors.items():
-            if sub.local and sub.pid and not sub.pending and (sub.first or sub.ready):
+            if sub.local and (sub.pid or self.independent) and not sub.pending and (sub.first or sub.ready):
                 slots = heartbeat.read(self.state.run.path, c, sub.restart)
                 health = heartbeat.health(self.state.run.path, c, sub.restart)
                 if slots:
                     beats[c], steps[c] = slots, [h.steps if h else 0 for h in health or ()]
-        found = failure.hung(self.state, beats, self.hang_timeout, now, steps)
+        found = failure.hung(self.state, beats, self.hang_timeout, now, steps, self.independent, processes.stopped)
         if found is not None and found.kind == "subcollector-hung":
             found = failure.stopped_in(self.state, found, processes.stopped) or found
         return found
