@@ -27,13 +27,28 @@ def _hold(lock) -> None:
     time.sleep(600)
 
 
-def _killed(target, *args):
-    proc = CTX.Process(target=target, args=args, daemon=True)
+def _killed(target, arg):
+    """``target(arg)`` in a process, SIGKILLed once it waits on the event or holds the lock ``arg``."""
+    proc = CTX.Process(target=target, args=(arg,), daemon=True)
     proc.start()
-    time.sleep(1.0)  # inside its wait, or holding the lock
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (_inside_wait(arg) if target is _wait_on else _taken(arg)):
+        time.sleep(0.01)
     os.kill(proc.pid, signal.SIGKILL)
     proc.join()
     return proc
+
+
+def _inside_wait(event) -> bool:
+    cond = event._cond
+    return cond._sleeping_count._semlock._get_value() > cond._woken_count._semlock._get_value()
+
+
+def _taken(lock) -> bool:
+    if lock.acquire(False):
+        lock.release()
+        return False
+    return True
 
 
 def _sets(event, timeout: float = 2.0) -> bool:
@@ -100,7 +115,7 @@ def test_a_dead_workers_permits_come_back_and_its_retired_life_is_dropped():
     assert results.get(timeout=60) == {"chunk": 0}
     permits.release()  # the trainer's, on receipt
     assert begun.wait(30)  # chunk 1 sent, chunk 2 begun
-    time.sleep(0.5)  # chunk 1 through the queue's feeder thread
+    assert results._reader.poll(30)  # chunk 1 through the queue's feeder thread, in the pipe
     os.kill(proc.pid, signal.SIGKILL)
     proc.join()
     assert list(context.held) == [0, 1]

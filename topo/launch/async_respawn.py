@@ -85,7 +85,6 @@ class Context:
         self.held = ctx.Array("i", workers, lock=False)  # permits each worker holds (its own writes only)
         self.life = ctx.Array("i", workers, lock=False)  # each worker's life: bumped when it restarts
         self.permits: Permits | None = None
-        self.queues: list[Tagged] = []
         self.respawner: Respawner | None = None
 
     def __getattr__(self, name: str) -> Any:
@@ -107,8 +106,7 @@ class Context:
 
     def Queue(self, maxsize: int = 0) -> Tagged:
         """torchrl's result queue (``maxsize``: it counts permits) or its error queue; unbounded, the permits bound it."""
-        self.queues.append(Tagged(self, results=maxsize > 0))
-        return self.queues[-1]
+        return Tagged(self, results=maxsize > 0)
 
 
 class Permits:
@@ -263,11 +261,6 @@ class Respawner:
         if self.port is not None and self.live:
             with self._guard:
                 self.port.between_batches()
-
-    @property
-    def dropped(self) -> int:
-        """Messages dropped: a retired life's, or a result whose sender had died."""
-        return sum(q.dropped for q in self.context.queues)
 
     def alive(self, i: int) -> bool:
         proc = self.procs[i]
