@@ -1,5 +1,5 @@
 """What an async env worker's death leaves, given back, with real processes SIGKILLed: a lock and an event it held
-(:mod:`topo.runtime.held`), the result permits it held and the messages of its retired life (:mod:`topo.launch.async_respawn`)."""
+(:mod:`topo.runtime.held`), the result permits it held and the messages of its retired life (:mod:`topo.launch.async_mode.respawn`)."""
 from __future__ import annotations
 
 import multiprocessing
@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from topo.launch import async_respawn, boundary
+from topo.launch import boundary
+from topo.launch.async_mode import respawn as async_respawn
 from topo.runtime import held
 
 CTX = multiprocessing.get_context("spawn")

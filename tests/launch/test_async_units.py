@@ -10,8 +10,8 @@ from tensordict.nn import TensorDictModule
 from topo.backends import get_backend
 from topo.backends.base import INSTRUCTION_BYTES
 from topo.errors import UsageError
-from topo.launch import async_slots
-from topo.launch.async_engine import AsyncEngine, Observer
+from topo.launch.async_mode import slots as async_slots
+from topo.launch.async_mode.engine import AsyncEngine, Observer
 from topo.launch.instruction_bytes import as_bytes, decode, encode
 from topo.launch.engines import engine_for
 from topo.runtime.rundir import RunDir

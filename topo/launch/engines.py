@@ -46,7 +46,7 @@ def engine_for(plan: dict[str, Any], *, restarts: bool = True) -> Engine:
     """The engine the plan's ``placement.engine`` names; ``restarts``: whether the installed torchrl allows
     restarting a subcollector in place (:mod:`.boundary`)."""
     if plan["collector"].get("mode") == "async":
-        from topo.launch.async_engine import AsyncEngine
+        from topo.launch.async_mode import AsyncEngine
 
         return AsyncEngine()
     if engine(plan) == "ray":

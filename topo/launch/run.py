@@ -281,7 +281,7 @@ class _Wiring:
             if setup is None:
                 raise UsageError("collector.mode async serves a policy: give the spec a policy section or policy_factory=")
             engine.policy_setup = setup
-            from topo.launch.async_engine import ServedPlacement
+            from topo.launch.async_mode import ServedPlacement
 
             return cls(setup, features, torchrl, engine, ServedPlacement(setup, policy, len(plan["subcollectors"])))
         placement = Placement(setup, policy, len(plan["subcollectors"]), weight_sync=engine.weight_sync,

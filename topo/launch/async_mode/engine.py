@@ -10,15 +10,15 @@ process: the env workers reach it through a ``ProcessSlotTransport`` (shared-mem
 only), so the trainer receives finished transitions and never relays a request, and a GPU policy sits on
 its device once, away from the trainer's training step.
 
-Every env worker runs :func:`topo.launch.async_slots.make_env` (:func:`topo.worker.make_env` plus the
+Every env worker runs :func:`topo.launch.async_mode.slots.make_env` (:func:`topo.worker.make_env` plus the
 instruction as bytes) over its row's kwargs: ``create_env_kwargs`` per worker, one module-level factory.
-The slot layouts come from the backend's declared layout (:mod:`.async_slots`): no env is built in this
+The slot layouts come from the backend's declared layout (:mod:`.slots`): no env is built in this
 process. Workers are started with ``spawn`` (a forkserver started here would outlive the run).
 
 The trainer's weights reach the server through torchrl's own path (``update_policy_weights_``: the server applies
 them between forwards and bumps its version, stamped on every step it serves): :class:`ServedPlacement`. An eval
 section runs as in multi mode (its own sync collector). A dead or hung env worker, or one past a health budget,
-starts again from its rows (:mod:`.async_respawn`: its subcollector's rows, in the server's same slots). What it
+starts again from its rows (:mod:`.respawn`: its subcollector's rows, in the server's same slots). What it
 cannot do (Ray, a policy anywhere but its server) is refused at validate (:mod:`topo.compiler.rules.async_mode`).
 """
 from __future__ import annotations
@@ -33,7 +33,8 @@ from topo.runtime import episodes, heartbeat
 from topo.backends import BatchKeys, get_backend
 from topo.errors import UsageError
 from topo.runtime.rundir import RunDir
-from topo.launch import async_respawn, async_slots, boundary, episode_versions, observe
+from topo.launch import boundary, episode_versions, observe
+from topo.launch.async_mode import respawn, slots
 from topo.launch.policy import Placement
 
 
@@ -44,7 +45,7 @@ class AsyncEngine:
     capabilities: frozenset[str] = frozenset({"serves_policy", "weight_updates", "restarts"})
     weight_sync = None
     policy_setup = None  # topo.launch.policy.PolicySetup: the spec's policy, or the caller's factory over it
-    respawner = None  # topo.launch.async_respawn.Respawner, once built
+    respawner = None  # topo.launch.async_mode.respawn.Respawner, once built
 
     def check(self, plan: dict[str, Any]) -> None:
         """Nothing to reach."""
@@ -59,7 +60,7 @@ class AsyncEngine:
         """Never called: async mode refuses an eval section at validate."""
 
     def supervise(self, collector, port) -> None:
-        """From now on the run's restart port decides when env workers start again (:mod:`.async_respawn`)."""
+        """From now on the run's restart port decides when env workers start again (:mod:`.respawn`)."""
         self.respawner.supervise(port)
 
     def build(self, plan: dict[str, Any], **kwargs: Any):
@@ -71,8 +72,8 @@ class AsyncEngine:
         setup, run = self.policy_setup, RunDir.current()
         rows = [row for sub in plan["subcollectors"] for row in sub["workers"]]
         layout = get_backend(plan["env"]["backend"]).layout(plan["env"]["kwargs"])
-        request, response, instruction = async_slots.slot_layouts(layout, setup.factory, setup.kwargs)
-        context = async_respawn.Context(multiprocessing.get_context("spawn"), len(rows))
+        request, response, instruction = slots.slot_layouts(layout, setup.factory, setup.kwargs)
+        context = respawn.Context(multiprocessing.get_context("spawn"), len(rows))
         if run is not None:
             for sub in plan["subcollectors"]:
                 heartbeat.create(run.path, sub["index"], 0, sub["num_workers"])  # their memory and steps
@@ -81,10 +82,10 @@ class AsyncEngine:
             raise UsageError("collector.mode async takes no pre_collect_hook: torchrl's AsyncBatchedCollector calls "
                              "none (use post_collect_hook, or collector.mode: multi)")
         hook = Observer(plan, run, kwargs.pop("post_collect_hook", None))
-        collector = async_respawn.Supervised(
-            [functools.partial(async_slots.make_env, instruction)] * len(rows),
+        collector = respawn.Supervised(
+            [functools.partial(slots.make_env, instruction)] * len(rows),
             create_env_kwargs=[row["kwargs"] for row in rows],
-            policy_factory=async_slots.server_factory(setup.factory, setup.kwargs, instruction),
+            policy_factory=slots.server_factory(setup.factory, setup.kwargs, instruction),
             frames_per_batch=plan["collector"]["frames_per_batch"], total_frames=plan["collector"]["total_frames"],
             transport=ProcessSlotTransport(request, response, num_slots=len(rows), ctx=context.ctx),
             env_backend="multiprocessing",
@@ -94,7 +95,7 @@ class AsyncEngine:
             post_collect_hook=hook, **kwargs)
         boundary.async_context(collector, context)  # the server took the plain one: its processes never restart
         boundary.start_async(collector)
-        self.respawner = collector.respawner = async_respawn.Respawner(collector, context, plan,
+        self.respawner = collector.respawner = respawn.Respawner(collector, context, plan,
                                                                        on_restart=hook.restarted)
         if run is not None:
             _wait_built(run, len(rows))
@@ -120,7 +121,7 @@ class ServedPlacement(Placement):
 
     def update(self, collector, policy_or_weights=None) -> int:
         """The weights to the server (before its start: applied before its first forward), under the served
-        module's ``policy`` (:class:`~topo.launch.async_slots.Instructed`); blocks until it applied them."""
+        module's ``policy`` (:class:`~topo.launch.async_mode.slots.Instructed`); blocks until it applied them."""
         from tensordict import TensorDict
 
         started = time.perf_counter()
@@ -188,7 +189,7 @@ class Observer:
                     first[w] = observe.worker_seen(flat[[i for i in mine if where[i][1] == w]], self.keys)
             self.first_time.setdefault((c, k), time.time())
             episode_versions.record(self.run.path, c, k, self.batches[c, k], flat[mine])
-            versions = flat[mine].get(async_slots.VERSION_KEY, None)
+            versions = flat[mine].get(slots.VERSION_KEY, None)
             self.run.put("observed", f"sub{c}" + (f".r{k}" if k else ""), subcollector=c, restart=k,
                          batches=self.batches[c, k], first=[seen or {} for seen in first],
                          first_time=self.first_time[c, k],
