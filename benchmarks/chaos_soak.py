@@ -64,9 +64,10 @@ HOOKS = os.path.join(HERE, "soak_hooks")
 KINDS = ("kill-worker", "hang-worker", "leak-worker", "kill-subcollector")
 POLICY = {"toy": {"action_dim": 4, "image_size": 16, "state_dim": 8},
           "libero": {"action_dim": 7, "image_size": 64, "state_dim": 9}}
-# per env: rollout steps per worker a batch, hang timeout (s), a worker's RSS budget (GB), leak per half second (MB)
-SHAPE = {"toy": {"steps": 8, "hang_timeout": 15, "max_rss_gb": 0.6, "leak_mb": 32},
-         "libero": {"steps": 8, "hang_timeout": 60, "max_rss_gb": 2.6, "leak_mb": 64}}
+# per env: rollout steps per worker a batch, hang timeout (s), a worker's RSS budget (GB), leak per half second (MB),
+# no batch for this long while one is owed fails the run (a stall is a finding, never a soak that waits forever)
+SHAPE = {"toy": {"steps": 8, "hang_timeout": 15, "max_rss_gb": 0.6, "leak_mb": 32, "stall_timeout": 180},
+         "libero": {"steps": 8, "hang_timeout": 60, "max_rss_gb": 2.6, "leak_mb": 64, "stall_timeout": 900}}
 
 
 def spec(env: str, subcollectors: int, workers: int, hang_timeout: float | None = None, mode: str = "multi") -> dict:
@@ -87,7 +88,7 @@ def spec(env: str, subcollectors: int, workers: int, hang_timeout: float | None 
            "collector": {"frames_per_batch": n * shape["steps"]},
            "launch": {"startup_timeout": 900, "restarts": {"max": 10000}, "hang_timeout": hang_timeout or shape["hang_timeout"],
                       "recycle": {"max_rss_gb": shape["max_rss_gb"], "check_every": 1},
-                      "retain_episodes": 50}}
+                      "retain_episodes": 50, "stall_timeout": shape["stall_timeout"], "on_stall": "fail"}}
     if mode == "async":  # one server, no copies
         out["policy"].pop("placement")
         out["collector"]["mode"] = "async"

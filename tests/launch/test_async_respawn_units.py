@@ -67,7 +67,7 @@ def test_an_event_whose_only_waiter_was_killed_can_be_set_again(dies, set_before
     _killed(_wait_on if dies == "waiting" else _hold, event if dies == "waiting" else event._cond._lock)
     if set_before:
         assert not _sets(event, 0.5)  # the setter waits for the dead (python's Condition.notify), or for its lock
-    assert held.free_event(event)
+    assert held.free_event(event, held=1.0)
     assert _sets(event) and _sets(event)
     event.clear()
     waiter = CTX.Process(target=_wait_on, args=(event,), daemon=True)  # a new waiter, as a restarted worker
@@ -88,9 +88,9 @@ def test_an_event_nobody_left_holding_is_untouched():
 
 def test_a_lock_its_dead_holder_kept_is_given_back_and_a_free_one_is_not():
     lock = CTX.Lock()
-    assert not held.free_lock(lock)
+    assert not held.free_lock(lock, held=1.0)
     _killed(_hold, lock)
-    assert held.free_lock(lock)
+    assert held.free_lock(lock, held=1.0)
     assert lock.acquire(True, 1.0)  # this process owns it now (given back through a handle of its own)
     lock.release()
 
