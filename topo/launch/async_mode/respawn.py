@@ -29,7 +29,8 @@ launch window. torchrl asks every second while it waits for results. The contrac
 had not handed to the trainer is lost; the other workers step on.
 
 Not covered: a worker killed while its queue's feeder thread writes one message (a few microseconds) leaves the
-result queue's write lock taken; the run then stalls (``launch.stall_timeout`` names it).
+result queue's write lock taken, and one killed between being woken by the server and saying so leaves the server's
+``set()`` waiting; the run then stalls (``launch.stall_timeout`` names it).
 """
 from __future__ import annotations
 
