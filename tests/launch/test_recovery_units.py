@@ -201,6 +201,12 @@ def test_an_async_worker_that_has_not_stepped_since_the_trainer_asked_hangs_alon
     assert failure.hung(state, {0: stalled}, timeout=10, now=211.0, independent=True) is None  # the stall watch's
     found = failure.hung(state, {0: stalled}, timeout=10, now=211.0, independent=True, is_stopped=lambda pid: pid == 21)
     assert (found.worker, found.pid) == (1, 21) and found.message.startswith("env worker stopped while collecting")
+    idle = [(200.0, 199.9), (180.0, 195.0), (180.0, 198.0)]  # worker 0 idle since 195, worker 1 (stopped) since 198
+    restarted = [(200.0, 199.9), (210.5, 210.6), (210.4, 210.45)]  # another subcollector's new workers: first resets
+    assert failure.hung(state, {0: idle, 1: restarted}, timeout=10, now=211.0, independent=True).pid == 20
+    found = failure.hung(state, {0: idle, 1: restarted}, timeout=10, now=211.0, independent=True,
+                         is_stopped=lambda pid: pid == 21)
+    assert found.pid == 21  # the stopped one, not an idle one the stall it caused left behind
     held = [(200.0, 201.0), (180.0, 182.0), (180.0, 181.0)]  # the trainer has its batch: workers may wait on permits
     assert failure.hung(state, {0: held}, timeout=10, now=500.0, independent=True) is None
     in_step = [(200.0, 150.0), (205.0, 209.5), (199.0, 198.0)]  # worker 1 in a step since 199: the step rule first

@@ -127,7 +127,13 @@ NAMES: tuple[Name, ...] = (
                                  "ctx.BoundedSemaphore(capacity)", "ctx.Process(", 'name=f"AsyncBatchedCollector-env-{env_id}"',
                                  "self._workers.append(process)")),
     Name("async", "torchrl.collectors._async_batched", "_process_env_loop", "a permit per chunk, sent "
-         "with it", kind="source", members=("result_capacity.acquire(timeout=0.01)", "result_queue.put(transition")),
+         "with it; the shared events each worker checks", kind="source",
+         members=("result_capacity.acquire(timeout=0.01)", "result_queue.put(transition", "shutdown_event.is_set()",
+                  "pause_event.is_set()", "paused_event.set()")),
+    Name("async", "torchrl.collectors._async_batched", "AsyncBatchedCollector._ensure_started", "the events its "
+         "env workers share", kind="source", members=("self._shutdown_event = ctx.Event()",
+                                                      "self._process_pause_event = ctx.Event()",
+                                                      "self._process_paused_events = [")),
     Name("async", "torchrl.modules.inference_server._process_slot", "ProcessSlotTransport.__init__",
          "the slots' request lock and response events", kind="source",
          members=("self._request_lock = ", "self._response_events = ")),
@@ -500,6 +506,11 @@ def async_slots(collector) -> tuple[Any, list]:
     """The ``ProcessSlotTransport``'s request lock (its workers and server) and each slot's response event."""
     transport = collector._transport
     return transport._request_lock, transport._response_events
+
+
+def async_events(collector) -> tuple[Any, Any, list]:
+    """An ``AsyncBatchedCollector``'s events its env workers share: shutdown, pause, and each one's "paused"."""
+    return collector._shutdown_event, collector._process_pause_event, collector._process_paused_events
 
 
 def forget_trajectory(collector, i: int) -> None:

@@ -73,7 +73,8 @@ class AsyncEngine:
         rows = [row for sub in plan["subcollectors"] for row in sub["workers"]]
         layout = get_backend(plan["env"]["backend"]).layout(plan["env"]["kwargs"])
         request, response, instruction = slots.slot_layouts(layout, setup.factory, setup.kwargs)
-        context = respawn.Context(multiprocessing.get_context("spawn"), len(rows))
+        context = respawn.Context(multiprocessing.get_context("spawn"), len(rows),
+                                  restarts=bool((plan["launch"].get("restarts") or {}).get("max")))
         if run is not None:
             for sub in plan["subcollectors"]:
                 heartbeat.create(run.path, sub["index"], 0, sub["num_workers"])  # their memory and steps

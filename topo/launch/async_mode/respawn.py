@@ -15,6 +15,9 @@ is :class:`Context`, which keeps what a restart needs:
 - the result and error queues tag each message with its worker and that worker's life (:class:`Tagged`): what a
   retired life sent is dropped, its permit given back, and so is a result whose sender died before the trainer
   fetched its tensors; a current worker's error is its restart's cause, judged by the run, never torchrl's raise.
+  With restarts, a worker whose loop raised exits once its error is sent (its ``failed`` marker written): torchrl's
+  worker would wait on the collector's shared shutdown event, and one killed there leaves a sleeper that makes the
+  event's ``set()`` at shutdown wait forever.
 
 Its iterator (:class:`Supervised`) times the trainer between batches (the time breakdown's pace), stamps each
 subcollector's beats file while a batch is owed (a worker that has not stepped for ``launch.hang_timeout`` while
@@ -23,8 +26,8 @@ one is owed hangs: :func:`topo.runtime.heartbeat.waiting_on`) and asks the run's
 
 torchrl's ``_workers`` become :class:`_Worker` proxies: ``is_alive()`` asks the run's restart port (as
 :mod:`topo.launch.local.respawn` does for subcollectors), and a restart decided begins there, in the trainer's
-thread: the group's workers SIGKILLed, what they held given back (their permits, their slot's response event and
-the slots' request lock: :mod:`topo.runtime.held`), their lives bumped, their restarts started in the restart's
+thread: the group's workers SIGKILLed, what they held given back (their permits, their slot's response event, the
+events every worker checks and the slots' request lock: :mod:`topo.runtime.held`), their lives bumped, their restarts started in the restart's
 launch window. torchrl asks every second while it waits for results. The contract: what the group's old workers
 had not handed to the trainer is lost; the other workers step on.
 
@@ -50,6 +53,7 @@ from topo.runtime import held, heartbeat
 from topo.runtime.rundir import RunDir
 from topo.runtime.time_breakdown import Pace
 from topo.launch import boundary
+from topo.launch.async_mode import slots
 from topo.launch.supervision import failure as failures, processes
 from topo.launch.supervision.port import RestartPort
 
@@ -80,8 +84,9 @@ class Supervised(AsyncBatchedCollector):
 class Context:
     """The multiprocessing context torchrl starts the async env workers with (``spawn``), keeping what restarts need."""
 
-    def __init__(self, ctx, workers: int):
-        self.ctx = ctx
+    def __init__(self, ctx, workers: int, restarts: bool = False):
+        """``restarts``: a worker whose loop raised exits once its error is sent (its restart follows)."""
+        self.ctx, self.restarts = ctx, restarts
         self.made: dict[int, dict[str, Any]] = {}  # env id -> its process's arguments
         self.held = ctx.Array("i", workers, lock=False)  # permits each worker holds (its own writes only)
         self.life = ctx.Array("i", workers, lock=False)  # each worker's life: bumped when it restarts
@@ -107,7 +112,7 @@ class Context:
 
     def Queue(self, maxsize: int = 0) -> Tagged:
         """torchrl's result queue (``maxsize``: it counts permits) or its error queue; unbounded, the permits bound it."""
-        return Tagged(self, results=maxsize > 0)
+        return Tagged(self, results=maxsize > 0, exits=self.restarts and not maxsize)
 
 
 class Permits:
@@ -144,25 +149,32 @@ class Tagged(queues.Queue):
     """A queue whose messages carry their worker and its life; the trainer drops a retired life's, and a result it
     cannot unpickle because its sender died (its permit given back)."""
 
-    def __init__(self, context: Context, results: bool):
+    def __init__(self, context: Context, results: bool, exits: bool = False):
+        """``results``: torchrl's result queue (else its error queue); ``exits``: a worker that sends an error exits."""
         super().__init__(0, ctx=context.ctx)
-        self._held, self._life, self._results = context.held, context.life, results
+        self._held, self._life, self._results, self._exits = context.held, context.life, results, exits
         self._context: Context | None = context  # in the trainer only
         self.dropped = 0
 
     def __getstate__(self):
-        return super().__getstate__(), self._held, self._life, self._results
+        return super().__getstate__(), self._held, self._life, self._results, self._exits
 
     def __setstate__(self, state):
-        base, self._held, self._life, self._results = state
+        base, self._held, self._life, self._results, self._exits = state
         super().__setstate__(base)
         self._context, self.dropped = None, 0
 
     def put(self, obj, block: bool = True, timeout: float | None = None) -> None:
         me = worker_id()
+        if self._exits:
+            slots.failed(repr(obj))
         super().put((me, self._life[me], bytes(ForkingPickler.dumps(obj))), block, timeout)
         if self._results:
             self._held[me] -= 1  # the permit travels with the chunk
+        elif self._exits:
+            self.close()
+            self.join_thread()  # the error is out
+            os._exit(1)
 
     def get(self, block: bool = True, timeout: float | None = None):
         end = None if timeout is None else time.monotonic() + timeout
@@ -174,7 +186,7 @@ class Tagged(queues.Queue):
                 except (EOFError, OSError):  # its sender died before its tensors were fetched: it restarts
                     obj = None
                 respawner = self._context.respawner
-                if obj is not None and (self._results or respawner is None or not respawner.raised(me)):
+                if obj is not None and (self._results or respawner is None or not respawner.raised(me, obj)):
                     return obj
             self.dropped += 1
             if self._results:
@@ -279,14 +291,14 @@ class Respawner:
                 self._begin(c)
         return True
 
-    def raised(self, i: int) -> bool:
-        """Worker ``i`` sent an error (its step loop raised): True once its restart began (its error is the
+    def raised(self, i: int, error: BaseException) -> bool:
+        """Worker ``i`` sent ``error`` (its step loop raised): True once its restart began (its error is the
         restart's cause); the run's failure raised otherwise."""
         if self.port is None or not self.live:
             return False
         with self._guard:
             c, w = self.where[i]
-            self.port.judge(c, self.port.blame(lambda s: failures.worker_ended(s, c, w, "raised", time.time())))
+            self.port.judge(c, self.port.blame(lambda s: failures.worker_ended(s, c, w, f"raised: {error}", time.time())))
             self._begin(c)
         return True
 
@@ -305,13 +317,7 @@ class Respawner:
                 os.kill(self.procs[i].pid, signal.SIGKILL)
         for i in ids:
             self.procs[i].join()
-        request_lock, response_events = boundary.async_slots(self.collector)
-        for i in ids:
-            self.context.permits.give_back(i)
-            self.context.life[i] += 1
-            held.free_event(response_events[i])
-            boundary.forget_trajectory(self.collector, i)
-        held.free_lock(request_lock)
+        self._give_back(ids)
         if self.run is not None:
             heartbeat.create(self.run.path, c, start.restart, len(ids))
         with start.window:
@@ -323,6 +329,22 @@ class Respawner:
                 self.procs[i] = proc
         self.starting[c] = self.lives[c] = start.restart
         self.on_restart(c, start.restart)
+
+    def _give_back(self, ids: list[int]) -> None:
+        """What the dead workers ``ids`` held: their permits, their slots' events, the events every worker checks
+        (one killed inside ``is_set()`` holds the event's lock: every worker would wait on it), the request lock."""
+        request_lock, response_events = boundary.async_slots(self.collector)
+        shutdown, pause, paused = boundary.async_events(self.collector)
+        for i in ids:
+            self.context.permits.give_back(i)
+            self.context.life[i] += 1
+            held.free_event(response_events[i])
+            held.free_event(paused[i])
+            boundary.forget_trajectory(self.collector, i)
+        held.free_event(pause)
+        if not pause.is_set():  # paused, live workers sleep on it too: not to be drained
+            held.free_event(shutdown)
+        held.free_lock(request_lock)
 
     def _poll(self, c: int) -> None:
         if self.port.built(c):

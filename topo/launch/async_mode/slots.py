@@ -33,11 +33,15 @@ from topo.worker import make_env as make_worker_env
 VERSION_KEY = policies.VERSION_KEY
 
 
+_row: dict[str, Any] = {}  # this worker process's row (where it is in the plan), once its env is built
+
+
 def make_env(instruction_key: str | None = None, **kwargs: Any):
     """The env factory of every async worker: :func:`topo.worker.make_env` over the row's kwargs; when the policy
     reads ``instruction_key``, its reset and step results carry that instruction as bytes too (instance
     attributes, no subclass: what the worker records and stamps is untouched). Module level: picklable."""
     env = make_worker_env(**kwargs)
+    _row.update(kwargs.get("worker") or {})
     gc.freeze()  # see the module's docstring
     reset, step = _reporting(env.reset, kwargs), _reporting(env.step_and_maybe_reset, kwargs)
     if instruction_key is None:
@@ -61,12 +65,19 @@ def _reporting(call: Callable, kwargs: dict) -> Callable:
         try:
             return call(*args, **kw)
         except Exception:
-            run = RunDir.current()
-            if run is not None:
-                run.marker("failed", worker=dict(kwargs.get("worker") or {}), traceback=traceback.format_exc())
+            failed(traceback.format_exc())
             raise
 
     return reporting
+
+
+def failed(text: str) -> None:
+    """In an async worker whose loop raised: its ``failed`` marker with ``text``, once (the env's own error is
+    recorded where it is raised, before torchrl's loop reports it)."""
+    run = RunDir.current()
+    if run is not None and _row and not _row.get("failed"):
+        run.marker("failed", worker={k: v for k, v in _row.items() if k != "failed"}, traceback=text)
+        _row["failed"] = True
 
 
 class Instructed(TensorDictModuleBase):

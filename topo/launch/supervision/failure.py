@@ -161,6 +161,8 @@ def hung(state: RunState, beats: Mapping[int, list[tuple[float, float]]], timeou
                            f"(hang_timeout {timeout:g}s, pid {w.pid}); it took {counts[i]} steps, its siblings "
                            f"{max(counts)}")
             found.append(_at_worker(w, "worker-hung", message, now - seconds + timeout, restart=w.restart))
+    if independent and is_stopped is not None:  # a stopped worker stalls the others: it is the one to name
+        found = [f for f in found if f.pid is not None and is_stopped(f.pid)] or found
     return min(found, key=lambda f: (f.at, _RANK[f.kind]), default=None)
 
 
@@ -213,11 +215,11 @@ def remote_worker_died(state: RunState, index: int, worker: int, pid: int | None
 
 
 def worker_ended(state: RunState, index: int, worker: int, how: str | None, at: float) -> Failure:
-    """An env worker of subcollector ``index`` that the engine saw end (``how``: its exit, or ``"raised"``: its step
-    loop sent an error) before any record of the run named why."""
+    """An env worker of subcollector ``index`` that the engine saw end (``how``: its exit, or ``"raised: ERROR"``: its
+    step loop sent an error) before any record of the run named why."""
     w = state.workers[(index, worker)]
-    if how == "raised":
-        return _at_worker(w, "worker-raised", f"env worker raised while collecting{_in(w.restart)} (pid {w.pid})", at)
+    if how is not None and how.startswith("raised"):
+        return _at_worker(w, "worker-raised", f"env worker {how} while collecting{_in(w.restart)} (pid {w.pid})", at)
     return _at_worker(w, "worker-died", f"env worker died while collecting without a traceback "
                       f"({how or 'exit status unknown'}, pid {w.pid})", at, how=how)
 
