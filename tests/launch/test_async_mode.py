@@ -25,8 +25,9 @@ POLICY = {"factory": "topo.policies.tinyvla:make", "kwargs": {"action_dim": 4, "
 pytestmark = pytest.mark.slow
 
 
-def async_spec(tmp_path, **sections):
-    launch = {**LAUNCH_LIMITS, "startup_timeout": 600}  # async workers are spawned: N torch imports on a shared host
+def async_spec(tmp_path, launch: dict | None = None, **sections):
+    """Toy 2 x 2 in async mode; ``launch``: keys added to the launch section."""
+    launch = {**LAUNCH_LIMITS, "startup_timeout": 600, **(launch or {})}  # spawned workers: N torch imports
     return write(tmp_path / "async.yaml", toy_spec(2, 2, collector={"mode": "async", "frames_per_batch": 16},
                                                    policy=POLICY, launch=launch, **sections))
 
@@ -89,9 +90,7 @@ def test_a_killed_async_worker_restarts_from_its_row_in_the_same_slots_and_the_r
     """launch.restarts in async mode: worker (1, 1) SIGKILLed; its subcollector's rows start again in life 1 (the
     restart's seeds), in the server's same slots, while subcollector 0 steps on; the new lives' steps reach the
     trainer; the report names the cause, the pids replaced and started; nothing is left."""
-    launch = {**LAUNCH_LIMITS, "startup_timeout": 600, "restarts": {"max": 2}}
-    spec = write(tmp_path / "async.yaml", toy_spec(2, 2, collector={"mode": "async", "frames_per_batch": 16},
-                                                   policy=POLICY, launch=launch))
+    spec = async_spec(tmp_path, launch={"restarts": {"max": 2}})
     report = tmp_path / "report"
     events = train(spec, report, 600, "kill-and-recover")
     t_end = time.time()
@@ -122,9 +121,7 @@ def test_a_killed_async_worker_restarts_from_its_row_in_the_same_slots_and_the_r
 def test_a_stopped_async_worker_is_found_hung_killed_and_restarted(tmp_path):
     """launch.hang_timeout in async mode: worker (1, 1) SIGSTOPped (wherever it was: in a step, or waiting for its
     action) has not stepped while the trainer waits for a batch; it is named, SIGKILLed, its rows restarted."""
-    launch = {**LAUNCH_LIMITS, "startup_timeout": 600, "restarts": {"max": 2}, "hang_timeout": 5}
-    spec = write(tmp_path / "async.yaml", toy_spec(2, 2, collector={"mode": "async", "frames_per_batch": 16},
-                                                   policy=POLICY, launch=launch))
+    spec = async_spec(tmp_path, launch={"restarts": {"max": 2}, "hang_timeout": 5})
     report = tmp_path / "report"
     events = train(spec, report, 2000, "hang-and-recover")
     t_end = time.time()
@@ -144,9 +141,7 @@ def test_a_stopped_async_worker_is_found_hung_killed_and_restarted(tmp_path):
 def test_async_workers_past_a_health_budget_are_rebuilt_between_batches(tmp_path):
     """launch.recycle in async mode: every worker past max_rss_gb (a spawned worker holds torch: over 200 MB), read
     every 50 batches; each subcollector's rows rebuilt (the restart's seeds), no restart budget spent, the run goes on."""
-    launch = {**LAUNCH_LIMITS, "startup_timeout": 600, "recycle": {"max_rss_gb": 0.2, "check_every": 50}}
-    spec = write(tmp_path / "async.yaml", toy_spec(2, 2, collector={"mode": "async", "frames_per_batch": 16},
-                                                   policy=POLICY, launch=launch))
+    spec = async_spec(tmp_path, launch={"recycle": {"max_rss_gb": 0.2, "check_every": 50}})
     events = train(spec, tmp_path / "report", 2000, "recycle")
     assert [e for e in events if e["event"] == "launch-error"] == []
     lives = {tuple(life) for e in events if e["event"] == "batch" for life in e["lives"]}

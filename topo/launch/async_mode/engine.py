@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
-import os
 import time
 from typing import Any, Callable
 
@@ -57,7 +56,7 @@ class AsyncEngine:
         """Nothing to leave."""
 
     def start_eval_round(self, collector, number: int) -> None:
-        """Never called: async mode refuses an eval section at validate."""
+        """The eval process reads the run directory itself (its rows run in a sync collector of their own)."""
 
     def supervise(self, collector, port) -> None:
         """From now on the run's restart port decides when env workers start again (:mod:`.respawn`)."""
@@ -96,8 +95,7 @@ class AsyncEngine:
             post_collect_hook=hook, **kwargs)
         boundary.async_context(collector, context)  # the server took the plain one: its processes never restart
         boundary.start_async(collector)
-        self.respawner = collector.respawner = respawn.Respawner(collector, context, plan,
-                                                                       on_restart=hook.restarted)
+        self.respawner = collector.respawner = respawn.Respawner(collector, context, plan, hook.restarted)
         if run is not None:
             _wait_built(run, len(rows))
         return collector
