@@ -69,8 +69,28 @@ def command(*args: Any) -> list[str]:
 
 
 def launch(*args: Any, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(command(*args), env=env or subprocess_env(), capture_output=True, text=True,
-                          timeout=HANG_GUARD_S)
+    return guarded(command(*args), env=env or subprocess_env())
+
+
+def guarded(args: list[str], env: dict, timeout: float = HANG_GUARD_S) -> subprocess.CompletedProcess:
+    """``subprocess.run`` (text, captured) that, past ``timeout``, fails the test with where each process of the
+    command's tree was (``py-spy dump``) and the tail of what it printed, then ends the tree."""
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        tree = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        stacks = [subprocess.run([str(Path(sys.executable).parent / "py-spy"), "dump", "--pid", str(pid)],
+                                 capture_output=True, text=True, timeout=60).stdout for pid in tree]
+        for pid in tree:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        out, err = proc.communicate()
+        raise AssertionError(f"hung past {timeout:g}s: {args}\n--- stdout (tail)\n{out[-3000:]}\n--- stderr (tail)\n"
+                             f"{err[-3000:]}\n--- stacks\n" + "\n".join(stacks)) from None
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 def summary(report: Path) -> dict:
