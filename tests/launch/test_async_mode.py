@@ -15,7 +15,7 @@ import topo
 
 from topo.runtime.rundir import RunDir
 
-from tests.launch.launch_helpers import (HANG_GUARD_S, HERE, LAUNCH_LIMITS, alive, records, started_pids, subprocess_env,
+from tests.launch.launch_helpers import (HERE, LAUNCH_LIMITS, alive, guarded, records, started_pids, subprocess_env,
                                          toy_spec, wait_for, write)
 from tests.launch.script_events import parse
 from tests.launch.test_restarts import _event, _of_run
@@ -32,9 +32,10 @@ def async_spec(tmp_path, launch: dict | None = None, **sections):
                                                    policy=POLICY, launch=launch, **sections))
 
 
-def train(spec, report, *args) -> list[dict]:
-    done = subprocess.run([sys.executable, str(HERE / "async_trainer.py"), str(spec), str(report), *map(str, args)],
-                          env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
+def train(spec, report, *args, paths=()) -> list[dict]:
+    """``async_trainer.py``'s events (``paths``: more folders on the run's PYTHONPATH)."""
+    done = guarded([sys.executable, str(HERE / "async_trainer.py"), str(spec), str(report), *map(str, args)],
+                   env=subprocess_env(*paths))
     assert done.returncode == 0, done.stderr
     return list(parse(done.stdout))
 
@@ -134,6 +135,28 @@ def test_a_stopped_async_worker_is_found_hung_killed_and_restarted(tmp_path):
     assert restart["cause"]["kind"] == "worker-hung" and restart["outcome"] == "collecting"
     assert (restart["cause"]["subcollector"], restart["cause"]["worker"], restart["cause"]["pid"]) == (1, 1, stopped["pid"])
     assert "(hang_timeout 5s, pid" in restart["cause"]["message"]
+    assert s["ok"] and s["processes"]["left_behind"] == [] and s["processes"]["alive_after"] == []
+    assert alive(started_pids(report), t_end) == []
+
+
+def test_a_worker_that_died_holding_the_locks_every_process_asks_is_restarted_and_the_run_goes_on(tmp_path):
+    """Worker (1, 1) dies holding the lock of every event its loop shares (the shutdown event torchrl's iterator asks
+    at each batch, the server-alive event every request asks, its slot's), the request lock and the queues' write
+    locks: what a worker killed inside ``is_set()`` or mid-write leaves. Its death frees them (the trainer's thread
+    waits on one of them: it cannot), its rows restart, both subcollectors step on; nothing is left."""
+    spec = async_spec(tmp_path, launch={"restarts": {"max": 2}})
+    report = tmp_path / "report"
+    events = train(spec, report, 2000, "die-holding", paths=[HERE / "die_holding"])
+    t_end = time.time()
+    assert [e for e in events if e["event"] == "launch-error"] == []
+    (died,) = [e for e in events if e["event"] == "killed"]
+    batches = [e for e in events if e["event"] == "batch"]
+    lives = {tuple(life) for e in batches for life in e["lives"]}
+    assert {(1, 0, 1), (1, 1, 1), (0, 0, 0), (0, 1, 0)} <= lives
+    s = [e for e in events if e["event"] == "after"][0]["report"]
+    (restart,) = s["restarts"]
+    assert restart["cause"]["kind"] == "worker-died" and restart["outcome"] == "collecting"
+    assert (restart["cause"]["subcollector"], restart["cause"]["worker"], restart["cause"]["pid"]) == (1, 1, died["pid"])
     assert s["ok"] and s["processes"]["left_behind"] == [] and s["processes"]["alive_after"] == []
     assert alive(started_pids(report), t_end) == []
 

@@ -67,7 +67,7 @@ def test_an_event_whose_only_waiter_was_killed_can_be_set_again(dies, set_before
     _killed(_wait_on if dies == "waiting" else _hold, event if dies == "waiting" else event._cond._lock)
     if set_before:
         assert not _sets(event, 0.5)  # the setter waits for the dead (python's Condition.notify), or for its lock
-    assert held.free_event(event, held=1.0)
+    assert held.free(events=[event], held=1.0)
     assert _sets(event) and _sets(event)
     event.clear()
     waiter = CTX.Process(target=_wait_on, args=(event,), daemon=True)  # a new waiter, as a restarted worker
@@ -82,17 +82,41 @@ def test_an_event_whose_only_waiter_was_killed_can_be_set_again(dies, set_before
 
 def test_an_event_nobody_left_holding_is_untouched():
     event = CTX.Event()
-    assert not held.free_event(event)
+    assert not held.free(events=[event])
     assert _sets(event) and event.is_set()
 
 
 def test_a_lock_its_dead_holder_kept_is_given_back_and_a_free_one_is_not():
     lock = CTX.Lock()
-    assert not held.free_lock(lock, held=1.0)
+    assert not held.free(locks=[lock], held=1.0)
     _killed(_hold, lock)
-    assert held.free_lock(lock, held=1.0)
+    assert held.free(locks=[lock], held=1.0)
     assert lock.acquire(True, 1.0)  # this process owns it now (given back through a handle of its own)
     lock.release()
+
+
+def _hold_all(locks) -> None:
+    for lock in locks:
+        lock.acquire()
+    time.sleep(600)
+
+
+def test_what_a_dead_process_held_of_several_is_given_back_on_one_clock():
+    """A process killed holding two events' locks and a lock: all three given back once ``held`` passed, not one
+    ``held`` after the other (each event then sets, the lock is free)."""
+    first, second, lock = CTX.Event(), CTX.Event(), CTX.Lock()
+    locks = [first._cond._lock, second._cond._lock, lock]
+    proc = CTX.Process(target=_hold_all, args=(locks,), daemon=True)
+    proc.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all(_taken(each) for each in locks):
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join()
+    began = time.monotonic()
+    assert held.free([first, second], [lock], held=1.0)
+    assert time.monotonic() - began < 2.0  # 1 s held, watched together (one after the other: 3 s)
+    assert _sets(first) and _sets(second) and not _taken(lock)
 
 
 def _worker(permits, results, chunks: int, begun) -> None:

@@ -135,8 +135,8 @@ NAMES: tuple[Name, ...] = (
                                                       "self._process_pause_event = ctx.Event()",
                                                       "self._process_paused_events = [")),
     Name("async", "torchrl.modules.inference_server._process_slot", "ProcessSlotTransport.__init__",
-         "the slots' request lock and response events", kind="source",
-         members=("self._request_lock = ", "self._response_events = ")),
+         "the slots' request lock, response events and the server's liveness event (every client asks it)",
+         kind="source", members=("self._request_lock = ", "self._response_events = ", "self._peer_alive = ")),
     Name("libero", "torchrl.envs.libs.libero", "LiberoEnv._reset", "builder options around each reset"),
     Name("libero", "torchrl.envs.libs.libero", "LiberoEnv._select_init_state", "fixtures_by_init_state"),
     Name("libero", "torchrl.envs.libs.libero", "LiberoEnv._set_seed", "env.set_seed(seed) in each worker"),
@@ -502,10 +502,11 @@ def async_workers(collector) -> list:
     return collector._workers
 
 
-def async_slots(collector) -> tuple[Any, list]:
-    """The ``ProcessSlotTransport``'s request lock (its workers and server) and each slot's response event."""
+def async_slots(collector) -> tuple[Any, list, Any]:
+    """The ``ProcessSlotTransport``'s request lock (its workers and server), each slot's response event, and the
+    event saying the server is alive (each client asks it at every request)."""
     transport = collector._transport
-    return transport._request_lock, transport._response_events
+    return transport._request_lock, transport._response_events, transport._peer_alive
 
 
 def async_events(collector) -> tuple[Any, Any, list]:

@@ -5,58 +5,90 @@ A process killed inside ``Lock.acquire ... release`` leaves the lock taken for g
 waits for that sleeper forever (CPython's ``multiprocessing.synchronize.Condition.notify``). Both are given back here,
 once the holder is known dead, by the semaphores' values (Linux). A lock is judged the dead's only after ``HELD_S``:
 its live users hold it for a few instructions, but a loaded machine may deschedule one for a while, and releasing
-a lock a live process holds would let two in. Torch-free.
+a lock a live process holds would let two in. Everything asked is watched at once, on one clock. Torch-free.
 """
 from __future__ import annotations
 
 import time
+from typing import Iterable
 
 HELD_S = 5.0  # held this long by nobody who moves: the dead process's
-POLL_S = 0.05
+TRY_S = 0.01  # one try at a lock
 
 
-def free_lock(lock, held: float = HELD_S) -> bool:
-    """Release ``lock`` when nobody alive can be holding it (not free for ``held`` seconds). True when given back."""
-    if lock.acquire(True, held):
-        lock.release()
-        return False
-    _give_back(lock)
-    return True
+def free(events: Iterable = (), locks: Iterable = (), held: float = HELD_S, limit: float = 30.0) -> bool:
+    """Make ``events`` and ``locks`` usable again after a process that used them died. True when anything was
+    given back.
+
+    An event (its one waiter, if any, was the dead process; the others only ``set()``, ``clear()`` or ask it):
+    with the condition's lock taken, the dead sleeper's counts are dropped, as ``notify`` would, had it woken.
+    While a ``set()`` holds the lock having woken the dead sleeper (its wake-up semaphore released, nobody to take
+    it), the sleeper's "woken" is given in its stead. A lock (an event's, or one of ``locks``) that nobody takes for
+    ``held`` seconds is the dead process's: released."""
+    pending = [_Event(e) for e in events] + [_Lock(lock) for lock in locks]
+    given, end = False, time.monotonic() + limit
+    while pending:
+        if time.monotonic() > end:
+            raise TimeoutError(f"a lock a dead process used stayed held for {limit:g}s")
+        for item in list(pending):
+            done, gave = item.step(held)
+            given |= gave
+            if done:
+                pending.remove(item)
+    return given
 
 
-def free_event(event, held: float = HELD_S, limit: float = 30.0) -> bool:
-    """Make ``event`` usable again after the one process that waited on it died; the others only ``set()`` it.
+def is_set(event) -> bool:
+    """``event.is_set()``, without taking its lock (a dead process may hold it)."""
+    return event._flag._semlock._get_value() > 0
 
-    With the condition's lock taken: the dead sleeper's counts are dropped, as ``notify`` would, had it woken. While
-    a ``set()`` holds the lock having woken the dead sleeper (its wake-up semaphore released, nobody to take it), the
-    sleeper's "woken" is given in its stead. A lock held ``held`` seconds otherwise is the dead process's: released.
-    True when anything was given back."""
-    cond = event._cond
-    lock, sleeping, woken, wake = cond._lock, cond._sleeping_count, cond._woken_count, cond._wait_semaphore
-    given = False
-    end = time.monotonic() + limit
-    stuck = None  # since when the lock is held with nobody woken
-    while time.monotonic() < end:
-        if lock.acquire(True, POLL_S):
+
+class _Lock:
+    def __init__(self, lock):
+        self.lock, self.since = lock, None  # since when every try failed
+
+    def step(self, held: float) -> tuple[bool, bool]:
+        """One try: (done, given back)."""
+        if self.lock.acquire(True, TRY_S):
+            self.lock.release()
+            return True, False
+        return (gave := self.stuck(held)), gave
+
+    def stuck(self, held: float) -> bool:
+        """Every try failed for ``held`` seconds: the lock given back (True)."""
+        now = time.monotonic()
+        if self.since is None or now - self.since < held:
+            self.since = self.since or now
+            return False
+        _give_back(self.lock)
+        self.since = None
+        return True
+
+
+class _Event(_Lock):
+    def __init__(self, event):
+        cond = event._cond
+        super().__init__(cond._lock)
+        self.sleeping, self.woken, self.wake = cond._sleeping_count, cond._woken_count, cond._wait_semaphore
+
+    def step(self, held: float) -> tuple[bool, bool]:
+        if self.lock.acquire(True, TRY_S):
+            dropped = False
             try:
-                while woken.acquire(False):
-                    sleeping.acquire(False)
-                while sleeping.acquire(False):
-                    given = True
-                while wake.acquire(False):
+                while self.woken.acquire(False):
+                    self.sleeping.acquire(False)
+                while self.sleeping.acquire(False):
+                    dropped = True
+                while self.wake.acquire(False):
                     pass
             finally:
-                lock.release()
-            return given
-        if wake._semlock._get_value() > 0:  # a set() waits for the dead sleeper it woke
-            _give_back(woken)
-            given, stuck = True, None
-        elif stuck is None:
-            stuck = time.monotonic()
-        elif time.monotonic() - stuck >= held:
-            _give_back(lock)
-            given, stuck = True, None
-    raise TimeoutError(f"an event a dead process used stayed held for {limit:g}s")
+                self.lock.release()
+            return True, dropped
+        if self.wake._semlock._get_value() > 0:  # a set() waits for the dead sleeper it woke
+            _give_back(self.woken)
+            self.since = None
+            return False, True
+        return False, self.stuck(held)  # its lock given back: the counts at the next try
 
 
 def _give_back(sem) -> None:

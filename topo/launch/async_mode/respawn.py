@@ -31,14 +31,21 @@ events every worker checks and the slots' request lock: :mod:`topo.runtime.held`
 launch window. torchrl asks every second while it waits for results. The contract: what the group's old workers
 had not handed to the trainer is lost; the other workers step on.
 
-Not covered: a worker killed while its queue's feeder thread writes one message (a few microseconds) leaves the
-result queue's write lock taken, and one killed between being woken by the server and saying so leaves the server's
-``set()`` waiting; the run then stalls (``launch.stall_timeout`` names it).
+A worker's death frees what it held of what every process shares as it happens, from a thread of the respawner's
+own (its keeper): each worker asks the shutdown, pause and server-alive events at every step, and one killed inside
+``is_set()`` leaves that event's lock taken, on which every worker, and the trainer's thread (torchrl asks the
+shutdown event at each batch), would wait before any of them could see the death.
+
+Not covered: a worker killed between being woken by the server and saying so (microseconds) leaves the server's
+``set()`` waiting; the run then stalls (``launch.stall_timeout`` names it). A message over ``PIPE_BUF`` (4 KB; topo's
+are about a kilobyte, the tensors travel in shared memory) whose sender died while writing it would be torn, and the
+trainer fail reading it.
 """
 from __future__ import annotations
 
 import functools
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import threading
@@ -56,6 +63,8 @@ from topo.launch import boundary
 from topo.launch.async_mode import slots
 from topo.launch.supervision import failure as failures, processes
 from topo.launch.supervision.port import RestartPort
+
+KEEP_S = 0.5  # the keeper's look at which workers it watches
 
 
 class Supervised(AsyncBatchedCollector):
@@ -91,6 +100,7 @@ class Context:
         self.held = ctx.Array("i", workers, lock=False)  # permits each worker holds (its own writes only)
         self.life = ctx.Array("i", workers, lock=False)  # each worker's life: bumped when it restarts
         self.permits: Permits | None = None
+        self.queues: list[Tagged] = []  # the result and error queues
         self.respawner: Respawner | None = None
 
     def __getattr__(self, name: str) -> Any:
@@ -112,7 +122,8 @@ class Context:
 
     def Queue(self, maxsize: int = 0) -> Tagged:
         """torchrl's result queue (``maxsize``: it counts permits) or its error queue; unbounded, the permits bound it."""
-        return Tagged(self, results=maxsize > 0, exits=self.restarts and not maxsize)
+        self.queues.append(Tagged(self, results=maxsize > 0, exits=self.restarts and not maxsize))
+        return self.queues[-1]
 
 
 class Permits:
@@ -163,6 +174,11 @@ class Tagged(queues.Queue):
         base, self._held, self._life, self._results, self._exits = state
         super().__setstate__(base)
         self._context, self.dropped = None, 0
+
+    @property
+    def write_lock(self):
+        """What a sender's feeder thread holds while it writes one message into the pipe."""
+        return self._wlock
 
     def put(self, obj, block: bool = True, timeout: float | None = None) -> None:
         me = worker_id()
@@ -242,13 +258,22 @@ class Respawner:
         self.procs = list(workers)
         workers[:] = [_Worker(self, i) for i in range(len(workers))]
         context.respawner = self
+        self._stopping, self._stop_keeper = os.pipe()  # readable: the keeper ends
+        self._keeper = threading.Thread(target=self._keep, name="topo-async-keeper", daemon=True)
+        self._keeper.start()
 
     def supervise(self, port: RestartPort) -> None:
         self.port = port
 
     def stop(self) -> None:
         """The run ends: torchrl's shutdown sees the processes as they are; the beats files are unmapped."""
+        if not self.live:
+            return
         self.live = False
+        os.write(self._stop_keeper, b"!")
+        self._keeper.join()
+        os.close(self._stopping)
+        os.close(self._stop_keeper)
         for _, stamp in self._owing.values():
             stamp.close()
         self._owing.clear()
@@ -331,20 +356,44 @@ class Respawner:
         self.on_restart(c, start.restart)
 
     def _give_back(self, ids: list[int]) -> None:
-        """What the dead workers ``ids`` held: their permits, their slots' events, the events every worker checks
-        (one killed inside ``is_set()`` holds the event's lock: every worker would wait on it), the request lock."""
-        request_lock, response_events = boundary.async_slots(self.collector)
-        shutdown, pause, paused = boundary.async_events(self.collector)
+        """What the dead workers ``ids`` held: their permits, what they held of what every process shares."""
         for i in ids:
             self.context.permits.give_back(i)
             self.context.life[i] += 1
-            held.free_event(response_events[i])
-            held.free_event(paused[i])
             boundary.forget_trajectory(self.collector, i)
-        held.free_event(pause)
-        if not pause.is_set():  # paused, live workers sleep on it too: not to be drained
-            held.free_event(shutdown)
-        held.free_lock(request_lock)
+        self._free_shared(ids)
+
+    def _free_shared(self, ids: list[int]) -> None:
+        """What the dead workers ``ids`` held of what every process shares: their slots' events, the events every
+        worker checks at each step (one killed inside ``is_set()`` holds the event's lock: every process that asks
+        waits on it, the trainer's thread too), the request lock and the queues' write locks (a message of about a
+        kilobyte is one pipe write, whole or not at all: one killed while it wrote leaves no torn message)
+        (:mod:`topo.runtime.held`)."""
+        request_lock, response_events, server_alive = boundary.async_slots(self.collector)
+        shutdown, pause, paused = boundary.async_events(self.collector)
+        events = [server_alive, pause, *(response_events[i] for i in ids), *(paused[i] for i in ids)]
+        if not held.is_set(pause):  # paused, live workers sleep on the shutdown event too: not to be drained
+            events.append(shutdown)
+        held.free(events, [request_lock, *(q.write_lock for q in self.context.queues)])
+
+    def _keep(self) -> None:
+        """A thread: a worker's death, as it happens, frees what it held of what every process shares. The trainer's
+        thread may be the one waiting on it (torchrl asks the shutdown event at each batch), so only another can."""
+        freed: set = set()  # the processes whose death was seen
+        while self.live:
+            procs = [p for p in self.procs if p not in freed]
+            try:
+                ended = multiprocessing.connection.wait([self._stopping, *(p.sentinel for p in procs)], timeout=KEEP_S)
+            except (OSError, ValueError):  # a process closed meanwhile
+                time.sleep(KEEP_S)
+                continue
+            for proc in procs:
+                if proc.sentinel in ended:
+                    freed.add(proc)
+                    with self._guard:
+                        if self.live and proc in self.procs:  # else its restart began: freed then
+                            self._free_shared([self.procs.index(proc)])
+            freed &= set(self.procs)
 
     def _poll(self, c: int) -> None:
         if self.port.built(c):
