@@ -80,6 +80,41 @@ def test_an_event_whose_only_waiter_was_killed_can_be_set_again(dies, set_before
         waiter.join()
 
 
+def _woken_silent(event) -> None:
+    """Sleep on ``event`` as ``Condition.wait`` does, take the wake-up of the next ``set()``, never say so."""
+    cond = event._cond
+    cond._lock.acquire()
+    cond._sleeping_count.release()
+    cond._lock.release()
+    cond._wait_semaphore.acquire()
+    time.sleep(600)
+
+
+def test_an_event_whose_waiter_died_woken_before_saying_so_can_be_set_again():
+    """The one window a dead waiter leaves inside ``Condition.wait``: it took the wake-up of a ``set()`` and died
+    before counting itself woken; the ``set()`` waits for it, holding the event's lock. It goes on once freed."""
+    event = CTX.Event()
+    proc = CTX.Process(target=_woken_silent, args=(event,), daemon=True)
+    proc.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not _inside_wait(event):
+        time.sleep(0.01)
+    setter = threading.Thread(target=event.set, daemon=True)
+    setter.start()
+    wake = event._cond._wait_semaphore._semlock
+    while time.monotonic() < deadline and not (_taken(event._cond._lock) and wake._get_value() == 0):
+        time.sleep(0.01)  # the set() holds the lock, its wake-up taken: it waits for the waiter to say so
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join()
+    setter.join(0.5)
+    assert setter.is_alive()  # the set() waits for the dead
+    assert held.free(events=[event], held=1.0)
+    setter.join(5)
+    assert not setter.is_alive() and event.is_set()
+    event.clear()
+    assert _sets(event) and _sets(event)
+
+
 def test_an_event_nobody_left_holding_is_untouched():
     event = CTX.Event()
     assert not held.free(events=[event])
@@ -115,7 +150,7 @@ def test_what_a_dead_process_held_of_several_is_given_back_on_one_clock():
     proc.join()
     began = time.monotonic()
     assert held.free([first, second], [lock], held=1.0)
-    assert time.monotonic() - began < 2.0  # 1 s held, watched together (one after the other: 3 s)
+    assert time.monotonic() - began < 3.0  # 1 s held, 1 s for a set() to take a "woken": together (in turn: 5 s)
     assert _sets(first) and _sets(second) and not _taken(lock)
 
 

@@ -14,6 +14,7 @@ from typing import Iterable
 
 HELD_S = 5.0  # held this long by nobody who moves: the dead process's
 TRY_S = 0.01  # one try at a lock
+SAID_S = 1.0  # for a set() waiting on a dead sleeper to take the "woken" given in its stead
 
 
 def free(events: Iterable = (), locks: Iterable = (), held: float = HELD_S, limit: float = 30.0) -> bool:
@@ -22,8 +23,8 @@ def free(events: Iterable = (), locks: Iterable = (), held: float = HELD_S, limi
 
     An event (its one waiter, if any, was the dead process; the others only ``set()``, ``clear()`` or ask it):
     with the condition's lock taken, the dead sleeper's counts are dropped, as ``notify`` would, had it woken.
-    While a ``set()`` holds the lock having woken the dead sleeper (its wake-up semaphore released, nobody to take
-    it), the sleeper's "woken" is given in its stead. A lock (an event's, or one of ``locks``) that nobody takes for
+    While a ``set()`` holds the lock having woken the dead sleeper (whether the sleeper took its wake-up or not),
+    the sleeper's "woken" is given in its stead. A lock (an event's, or one of ``locks``) that nobody takes for
     ``held`` seconds is the dead process's: released."""
     pending = [_Event(e) for e in events] + [_Lock(lock) for lock in locks]
     given, end = False, time.monotonic() + limit
@@ -52,15 +53,17 @@ class _Lock:
         if self.lock.acquire(True, TRY_S):
             self.lock.release()
             return True, False
-        return (gave := self.stuck(held)), gave
+        if self.stuck(held):
+            _give_back(self.lock)
+            return True, True
+        return False, False
 
     def stuck(self, held: float) -> bool:
-        """Every try failed for ``held`` seconds: the lock given back (True)."""
+        """Every try failed for ``held`` seconds (the clock then starts again)."""
         now = time.monotonic()
-        if self.since is None or now - self.since < held:
-            self.since = self.since or now
+        self.since = self.since or now
+        if now - self.since < held:
             return False
-        _give_back(self.lock)
         self.since = None
         return True
 
@@ -70,6 +73,7 @@ class _Event(_Lock):
         cond = event._cond
         super().__init__(cond._lock)
         self.sleeping, self.woken, self.wake = cond._sleeping_count, cond._woken_count, cond._wait_semaphore
+        self.offered = None  # since when a "woken" given in a dead sleeper's stead waits to be taken
 
     def step(self, held: float) -> tuple[bool, bool]:
         if self.lock.acquire(True, TRY_S):
@@ -84,11 +88,33 @@ class _Event(_Lock):
             finally:
                 self.lock.release()
             return True, dropped
+        if self.offered is not None:
+            return False, self._taken_or_not()
         if self.wake._semlock._get_value() > 0:  # a set() waits for the dead sleeper it woke
             _give_back(self.woken)
             self.since = None
             return False, True
-        return False, self.stuck(held)  # its lock given back: the counts at the next try
+        if self.stuck(held):
+            # Held that long, no wake-up pending: a set() waits for a sleeper that took its wake-up and died before
+            # saying so, or the dead process holds the lock itself. Its "woken" is given: a waiting set() takes it
+            # at once (nobody else can while the lock is held); left untaken, the lock was the dead's.
+            _give_back(self.woken)
+            self.offered = time.monotonic()
+            return False, True
+        return False, False
+
+    def _taken_or_not(self) -> bool:
+        """The "woken" given: taken (a set() goes on), or after ``SAID_S`` taken back and the lock given back."""
+        if self.woken._semlock._get_value() == 0:
+            self.offered = None
+            return False
+        if time.monotonic() - self.offered < SAID_S:
+            return False
+        self.offered = None
+        if self.woken.acquire(False):  # nobody took it: the lock is the dead process's
+            _give_back(self.lock)
+            return True
+        return False
 
 
 def _give_back(sem) -> None:

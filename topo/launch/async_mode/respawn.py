@@ -36,10 +36,8 @@ own (its keeper): each worker asks the shutdown, pause and server-alive events a
 ``is_set()`` leaves that event's lock taken, on which every worker, and the trainer's thread (torchrl asks the
 shutdown event at each batch), would wait before any of them could see the death.
 
-Not covered: a worker killed between being woken by the server and saying so (microseconds) leaves the server's
-``set()`` waiting; the run then stalls (``launch.stall_timeout`` names it). A message over ``PIPE_BUF`` (4 KB; topo's
-are about a kilobyte, the tensors travel in shared memory) whose sender died while writing it would be torn, and the
-trainer fail reading it.
+Not covered: a message over ``PIPE_BUF`` (4 KB; topo's are about a kilobyte, the tensors travel in shared memory)
+whose sender died while writing it would be torn, and the trainer fail reading it.
 """
 from __future__ import annotations
 
