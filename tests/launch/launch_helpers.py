@@ -79,18 +79,35 @@ def guarded(args: list[str], env: dict, timeout: float = HANG_GUARD_S) -> subpro
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        tree = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
-        stacks = [subprocess.run([str(Path(sys.executable).parent / "py-spy"), "dump", "--pid", str(pid)],
-                                 capture_output=True, text=True, timeout=60).stdout for pid in tree]
+        try:
+            tree = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        except psutil.Error:  # it ended just now
+            tree = []
+        stacks = [_stack(pid) for pid in tree]
         for pid in tree:
             try:
                 os.kill(pid, 9)
             except ProcessLookupError:
                 pass
-        out, err = proc.communicate()
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired as exc:  # a process outside the tree holds its output open
+            out, err = (_text(exc.stdout), _text(exc.stderr))
         raise AssertionError(f"hung past {timeout:g}s: {args}\n--- stdout (tail)\n{out[-3000:]}\n--- stderr (tail)\n"
                              f"{err[-3000:]}\n--- stacks\n" + "\n".join(stacks)) from None
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+def _stack(pid: int) -> str:
+    try:
+        return subprocess.run([str(Path(sys.executable).parent / "py-spy"), "dump", "--pid", str(pid)],
+                              capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"pid {pid}: no stack ({exc})"
+
+
+def _text(data) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
 
 
 def summary(report: Path) -> dict:

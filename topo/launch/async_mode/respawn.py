@@ -249,6 +249,7 @@ class Respawner:
         self.live = True
         self.starting: dict[int, int] = {}  # subcollector -> the restart it is starting
         self.lives = {c: 0 for c in self.groups}  # each subcollector's current worker life
+        self.asking = False  # the trainer waits for a batch
         self._owing: dict[int, tuple[int, Any]] = {}  # subcollector -> (life, its beats file's slot 0, mapped)
         self._guard = threading.RLock()
         self.run = RunDir.current()  # built in the run's launch window
@@ -280,17 +281,22 @@ class Respawner:
         """The trainer waits for a batch (``on``), or has it: stamped in each subcollector's beats file (slot 0)."""
         if self.run is None or not self.live:
             return
-        for c, life in self.lives.items():
-            held_life, stamp = self._owing.get(c, (None, None))
-            if held_life != life:
-                fresh = heartbeat.asker(self.run.path, c, life)
-                if fresh is None:
-                    continue
-                if stamp is not None:
-                    stamp.close()
-                self._owing[c] = (life, fresh)
-                stamp = fresh
-            stamp.start() if on else stamp.end()
+        self.asking = on
+        for c in self.lives:
+            self._stamp(c, on)
+
+    def _stamp(self, c: int, on: bool) -> None:
+        life = self.lives[c]
+        held_life, stamp = self._owing.get(c, (None, None))
+        if held_life != life:
+            fresh = heartbeat.asker(self.run.path, c, life)
+            if fresh is None:
+                return
+            if stamp is not None:
+                stamp.close()
+            self._owing[c] = (life, fresh)
+            stamp = fresh
+        stamp.start() if on else stamp.end()
 
     def between_batches(self) -> None:
         """The run's health budgets (a worker past one: its subcollector is rebuilt at the next check)."""
@@ -351,6 +357,8 @@ class Respawner:
                 proc.start()
                 self.procs[i] = proc
         self.starting[c] = self.lives[c] = start.restart
+        if self.asking and self.run is not None:  # the batch asked for before: owed by the new life too
+            self._stamp(c, True)
         self.on_restart(c, start.restart)
 
     def _give_back(self, ids: list[int]) -> None:
@@ -376,7 +384,10 @@ class Respawner:
 
     def _keep(self) -> None:
         """A thread: a worker's death, as it happens, frees what it held of what every process shares. The trainer's
-        thread may be the one waiting on it (torchrl asks the shutdown event at each batch), so only another can."""
+        thread may be the one waiting on it (torchrl asks the shutdown event at each batch), so only another can.
+        It also sees a restart's workers built (the subcollector collects: its hangs are watched from then on),
+        whatever the trainer's thread does: fetching a result's tensors from a stopped worker, it waits until the
+        hang found kills that worker."""
         freed: set = set()  # the processes whose death was seen
         while self.live:
             procs = [p for p in self.procs if p not in freed]
@@ -392,6 +403,10 @@ class Respawner:
                         if self.live and proc in self.procs:  # else its restart began: freed then
                             self._free_shared([self.procs.index(proc)])
             freed &= set(self.procs)
+            with self._guard:
+                if self.live and self.port is not None:
+                    for c in list(self.starting):
+                        self._poll(c)
 
     def _poll(self, c: int) -> None:
         if self.port.built(c):
