@@ -141,9 +141,9 @@ def test_a_stopped_async_worker_is_found_hung_killed_and_restarted(tmp_path):
 
 def test_a_worker_that_died_holding_the_locks_every_process_asks_is_restarted_and_the_run_goes_on(tmp_path):
     """Worker (1, 1) dies holding the lock of every event its loop shares (the shutdown event torchrl's iterator asks
-    at each batch, the server-alive event every request asks, its slot's), the request lock and the queues' write
-    locks: what a worker killed inside ``is_set()`` or mid-write leaves. Its death frees them (the trainer's thread
-    waits on one of them: it cannot), its rows restart, both subcollectors step on; nothing is left."""
+    at each batch, the server-alive event every request asks, its slot's) and the request lock: what a worker killed
+    inside ``is_set()`` leaves. Its death frees them (the trainer's thread waits on one of them: it cannot), its rows
+    restart, both subcollectors step on; nothing is left."""
     spec = async_spec(tmp_path, launch={"restarts": {"max": 2}})
     report = tmp_path / "report"
     events = train(spec, report, 2000, "die-holding", paths=[HERE / "die_holding"])

@@ -1,8 +1,7 @@
 """For the async-mode tests (on PYTHONPATH in them only, so every process of the run imports it at start): SIGUSR1
 makes an async env worker take the lock of every event its step loop shares (the shutdown, pause and server-alive
-events, its slot's, its "paused"), the slots' request lock and its queues' write locks, then SIGKILL itself: what a
-worker killed inside ``is_set()`` or while its feeder thread writes leaves, at worst, whatever its env and without
-changing the spec's backend."""
+events, its slot's, its "paused") and the slots' request lock, then SIGKILL itself: what a worker killed inside
+``is_set()`` leaves, at worst, whatever its env and without changing the spec's backend."""
 import os
 import signal
 import sys
@@ -21,7 +20,7 @@ def _die_holding(signum, frame):
         seen.add(id(obj))
         if isinstance(obj, Event):
             locks.append(obj._cond._lock)
-        elif name in ("_request_lock", "_wlock"):  # the slots' request lock, the result and error queues' write locks
+        elif name == "_request_lock":
             locks.append(obj)
         elif isinstance(obj, (list, tuple)):
             for item in obj:

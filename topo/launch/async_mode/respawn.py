@@ -36,8 +36,10 @@ own (its keeper): each worker asks the shutdown, pause and server-alive events a
 ``is_set()`` leaves that event's lock taken, on which every worker, and the trainer's thread (torchrl asks the
 shutdown event at each batch), would wait before any of them could see the death.
 
-Not covered: a message over ``PIPE_BUF`` (4 KB; topo's are about a kilobyte, the tensors travel in shared memory)
-whose sender died while writing it would be torn, and the trainer fail reading it.
+Not covered: a worker killed while its queue's feeder thread writes a message (microseconds) leaves the result
+queue's write lock taken; the run then stalls (``launch.stall_timeout`` names it). That lock is not given back: a
+live feeder holds it as long as its write waits on the pipe, and releasing it under a live writer let two in (the
+async soak's feeders then raised "released too many times").
 """
 from __future__ import annotations
 
@@ -98,7 +100,6 @@ class Context:
         self.held = ctx.Array("i", workers, lock=False)  # permits each worker holds (its own writes only)
         self.life = ctx.Array("i", workers, lock=False)  # each worker's life: bumped when it restarts
         self.permits: Permits | None = None
-        self.queues: list[Tagged] = []  # the result and error queues
         self.respawner: Respawner | None = None
 
     def __getattr__(self, name: str) -> Any:
@@ -120,8 +121,7 @@ class Context:
 
     def Queue(self, maxsize: int = 0) -> Tagged:
         """torchrl's result queue (``maxsize``: it counts permits) or its error queue; unbounded, the permits bound it."""
-        self.queues.append(Tagged(self, results=maxsize > 0, exits=self.restarts and not maxsize))
-        return self.queues[-1]
+        return Tagged(self, results=maxsize > 0, exits=self.restarts and not maxsize)
 
 
 class Permits:
@@ -172,11 +172,6 @@ class Tagged(queues.Queue):
         base, self._held, self._life, self._results, self._exits = state
         super().__setstate__(base)
         self._context, self.dropped = None, 0
-
-    @property
-    def write_lock(self):
-        """What a sender's feeder thread holds while it writes one message into the pipe."""
-        return self._wlock
 
     def put(self, obj, block: bool = True, timeout: float | None = None) -> None:
         me = worker_id()
@@ -372,15 +367,13 @@ class Respawner:
     def _free_shared(self, ids: list[int]) -> None:
         """What the dead workers ``ids`` held of what every process shares: their slots' events, the events every
         worker checks at each step (one killed inside ``is_set()`` holds the event's lock: every process that asks
-        waits on it, the trainer's thread too), the request lock and the queues' write locks (a message of about a
-        kilobyte is one pipe write, whole or not at all: one killed while it wrote leaves no torn message)
-        (:mod:`topo.runtime.held`)."""
+        waits on it, the trainer's thread too), the request lock (:mod:`topo.runtime.held`)."""
         request_lock, response_events, server_alive = boundary.async_slots(self.collector)
         shutdown, pause, paused = boundary.async_events(self.collector)
         events = [server_alive, pause, *(response_events[i] for i in ids), *(paused[i] for i in ids)]
         if not held.is_set(pause):  # paused, live workers sleep on the shutdown event too: not to be drained
             events.append(shutdown)
-        held.free(events, [request_lock, *(q.write_lock for q in self.context.queues)])
+        held.free(events, [request_lock])
 
     def _keep(self) -> None:
         """A thread: a worker's death, as it happens, frees what it held of what every process shares. The trainer's
