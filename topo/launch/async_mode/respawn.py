@@ -27,9 +27,10 @@ one is owed hangs: :func:`topo.runtime.heartbeat.waiting_on`) and asks the run's
 torchrl's ``_workers`` become :class:`_Worker` proxies: ``is_alive()`` asks the run's restart port (as
 :mod:`topo.launch.local.respawn` does for subcollectors), and a restart decided begins there, in the trainer's
 thread: the group's workers SIGKILLed, what they held given back (their permits, their slot's response event, the
-events every worker checks and the slots' request lock: :mod:`topo.runtime.held`), their lives bumped, their restarts started in the restart's
-launch window. torchrl asks every second while it waits for results. The contract: what the group's old workers
-had not handed to the trainer is lost; the other workers step on.
+events every worker checks and the slots' request lock: :mod:`topo.runtime.held`), their lives bumped, their
+restarts started in the restart's launch window; the keeper sees them built. torchrl asks every second while it
+waits for results. The contract: what the group's old workers had not handed to the trainer is lost; the other
+workers step on.
 
 A worker's death frees what it held of what every process shares as it happens, from a thread of the respawner's
 own (its keeper): each worker asks the shutdown, pause and server-alive events at every step, and one killed inside
@@ -308,9 +309,7 @@ class Respawner:
             c = self.where[i][0]
             if self.port.lost(c):
                 self._begin(c)
-            elif c in self.starting:
-                self._poll(c)
-            elif not proc.is_alive():
+            elif c not in self.starting and not proc.is_alive():  # a start's deaths: the monitor's to judge
                 self._judge(i, proc)
                 self._begin(c)
         return True
