@@ -41,6 +41,7 @@ FAST = (
     "tests/launch/test_time_breakdown_units.py",
     "tests/launch/test_evaluation_units.py",
     "tests/launch/test_paired_units.py",
+    "tests/launch/test_certificate_units.py",
     "tests/launch/test_resume_units.py",
     "tests/launch/test_provenance_units.py",
     "tests/launch/test_records_units.py",

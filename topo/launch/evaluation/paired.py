@@ -15,10 +15,12 @@ Pure: plain lists of outcomes in, JSON-ready dicts out (scipy for the distributi
 """
 from __future__ import annotations
 
+import json
 import math
-from typing import Sequence
+import os
+from typing import Any, Sequence
 
-__all__ = ["compare", "mcnemar_p", "newcombe", "pairs_needed"]
+__all__ = ["by_group", "compare", "mcnemar_p", "newcombe", "pairs_needed", "table"]
 
 
 def mcnemar_p(b: int, c: int) -> float:
@@ -97,3 +99,61 @@ def compare(a: Sequence[bool], b: Sequence[bool], detect: float | None = None) -
         needed = pairs_needed(detect, (a_only + b_only) / n if n else None)
         out["detect"] = {"difference": detect, "pairs_needed": needed, "enough": n >= needed}
     return out
+
+
+def suite_of(task: Any) -> str | None:
+    """The suite of a suite-qualified task id (``"libero_goal:3"``); None for a plain id."""
+    return task.partition(":")[0] if isinstance(task, str) and ":" in task else None
+
+
+def by_group(result_a: dict, result_b: dict, detect: float | None = None) -> dict:
+    """Two rounds over the same planned episodes, paired by episode number (those that ended in both): overall,
+    per suite (where task ids name one) and per task."""
+    ended_b = {e["episode"]: e for e in result_b["episodes_detail"] if e.get("ended")}
+    pairs = [(e, ended_b[e["episode"]]) for e in result_a["episodes_detail"]
+             if e.get("ended") and e["episode"] in ended_b]
+    groups: dict[str, dict[Any, list]] = {"per_suite": {}, "per_task": {}}
+    for a, b in pairs:
+        groups["per_task"].setdefault(a["task_id"], []).append((a, b))
+        if suite_of(a["task_id"]) is not None:
+            groups["per_suite"].setdefault(suite_of(a["task_id"]), []).append((a, b))
+
+    def figures(some: list) -> dict:
+        return compare([bool(a["success"]) for a, _ in some], [bool(b["success"]) for _, b in some], detect)
+
+    return {"overall": figures(pairs), "unpaired": len(result_a["episodes_detail"]) - len(pairs),
+            "per_suite": [{"suite": name, **figures(some)} for name, some in groups["per_suite"].items()],
+            "per_task": [{"task_id": task, **figures(some)} for task, some in groups["per_task"].items()]}
+
+
+def table(comparison: dict, name_a: str, name_b: str) -> str:
+    """The comparison as a person reads it: a headline, then a line per suite and per task."""
+    o = comparison["overall"]
+    lines = [f"A = {name_a}, B = {name_b}: {o['pairs']} paired episodes"
+             + (f" ({comparison['unpaired']} unpaired, left out)" if comparison["unpaired"] else ""),
+             f"  {'':18}  {'pairs':>5}  {'A':>6}  {'B':>6}  {'A - B':>7}  {'95% CI':>15}  {'A only':>6}  "
+             f"{'B only':>6}  {'McNemar p':>9}"]
+    rows = [("overall", o)] + [(f"suite {g['suite']}", g) for g in comparison["per_suite"]] \
+        + [(f"task {g['task_id']}", g) for g in comparison["per_task"]]
+    for label, g in rows:
+        ci = "-" if g["ci95"] is None else f"{100 * g['ci95'][0]:+.1f}..{100 * g['ci95'][1]:+.1f}"
+        lines.append(f"  {label[:18]:18}  {g['pairs']:>5}  {_pct(g['rate_a']):>6}  {_pct(g['rate_b']):>6}  "
+                     f"{_pct(g['difference'], '+'):>7}  {ci:>15}  {g['discordant']['a_only']:>6}  "
+                     f"{g['discordant']['b_only']:>6}  {g['mcnemar_p']:>9.4g}")
+    if "detect" in o:
+        d = o["detect"]
+        lines.append(f"  a difference of {100 * d['difference']:.1f} points needs {d['pairs_needed']} paired episodes "
+                     f"(5 % two-sided, 80 % power): this run had {o['pairs']}, "
+                     + ("enough" if d["enough"] else "too few"))
+    return "\n".join(lines)
+
+
+def _pct(rate: float | None, sign: str = "") -> str:
+    return "-" if rate is None else f"{100 * rate:{sign}.1f}%"
+
+
+def write(path: str, comparison: dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(comparison, handle, indent=1)
+        handle.write("\n")
