@@ -162,10 +162,13 @@ def _evaluate(plan, checkpoints, *, policy_factory, report_dir, quiet, startup_t
     gl.hold()
     import copy
 
+    from topo.estimate.command import launch_check
     from topo.launch import checkpoint
     from topo.launch.evaluation import results as eval_results
-    from topo.launch.evaluate import Evaluation
+    from topo.launch.evaluate import Evaluation, run_plan
 
+    if plan.get("eval"):
+        launch_check(run_plan(plan), quiet=quiet)  # the eval workers' memory, before any process starts
     evaluation = Evaluation(plan, policy_factory=policy_factory, out_dir=report_dir, report_dir=report_dir,
                             progress=not quiet, startup_timeout=startup_timeout, process_logs=True)
     out = []
