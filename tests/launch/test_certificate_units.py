@@ -64,17 +64,30 @@ def test_the_first_difference_is_named_in_field_order():
     assert certificate.first_difference(e, None).startswith("ended")
 
 
-def test_a_narrowed_plan_keeps_each_episode_as_planned_and_renumbers_its_rows():
+def test_a_narrowed_plan_keeps_each_episode_as_planned_and_every_row():
     plan = compile_spec("examples/toy_eval.yaml")
     before = {ep["episode"]: ep for sub in plan["eval"]["subcollectors"] for row in sub["workers"]
               for ep in row["episodes"]}
-    narrowed = certificate.narrowed(plan, {3, 30, 31})
+    narrowed = certificate.narrowed(plan, {30, 31})
     rows = [row for sub in narrowed["eval"]["subcollectors"] for row in sub["workers"]]
-    assert [[ep["episode"] for ep in row["episodes"]] for row in rows] == [[3], [30, 31]]
-    assert [(r["subcollector"], r["index"], r["global_index"]) for r in rows] == [(0, 0, 0), (0, 1, 1)]
+    assert [[ep["episode"] for ep in row["episodes"]] for row in rows] == [[], [30, 31]]  # row 0 idles
     assert all(ep == before[ep["episode"]] for row in rows for ep in row["episodes"])
-    assert [r["kwargs"]["seed"] for r in rows] == [before[3]["seed"], before[30]["seed"]]
     assert [r["kwargs"]["schedule"]["episodes"] for r in rows] == [r["episodes"] for r in rows]
-    assert [r["kwargs"]["worker"] for r in rows] == [{"subcollector": 0, "index": 0, "global_index": 0, "role": "eval"},
-                                                     {"subcollector": 0, "index": 1, "global_index": 1, "role": "eval"}]
-    assert narrowed["eval"]["episodes"] == 3 and plan["eval"]["episodes"] == 40  # the plan given is unchanged
+    kept = [row for sub in plan["eval"]["subcollectors"] for row in sub["workers"]]
+    assert [(r["kwargs"]["seed"], r["kwargs"]["worker"], r["kwargs"]["env"]) for r in rows] \
+        == [(r["kwargs"]["seed"], r["kwargs"]["worker"], r["kwargs"]["env"]) for r in kept]
+    assert narrowed["eval"]["episodes"] == 2 and plan["eval"]["episodes"] == 40  # the plan given is unchanged
+
+
+def test_a_scheduled_env_without_episodes_idles_in_its_first_tasks_env():
+    from topo.envs.scheduled import ScheduledEnv
+    from topo.envs.toy import build
+
+    plan = compile_spec("examples/toy_eval.yaml")
+    schedule = {**plan["eval"]["subcollectors"][0]["workers"][0]["kwargs"]["schedule"], "episodes": []}
+    env = ScheduledEnv(schedule, lambda kwargs: build(kwargs), lambda: 1)
+    td = env.reset()
+    assert env.rebuilds == 0 and int(td["eval_episode"]) == -1
+    step = env.step(td.set("action", env.action_spec.zero()))
+    assert int(step["next", "eval_episode"]) == -1 and bool(step["next", "done"])
+    env.close()

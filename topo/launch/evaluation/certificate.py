@@ -171,27 +171,18 @@ def first_difference(expected: Mapping[str, Any], got: Mapping[str, Any] | None)
 
 
 def narrowed(plan: dict[str, Any], episodes: set[int]) -> dict[str, Any]:
-    """``plan`` with its eval rows holding only ``episodes`` (each with its own seed, task and init state, as
-    planned), rows left empty dropped; the subcollectors keep their indices, their workers are renumbered."""
+    """``plan`` with its eval rows running only ``episodes``, each as planned (its task, init state and seed).
+
+    Every row stays, one without a drawn episode idle: the policy's forward then sees the batch it saw (its
+    size decides a CPU forward's last bits, and an action's last bit an episode's: measured, see
+    docs/guides/evaluation.md)."""
     section = plan["eval"]
     subs = []
     for sub in section["subcollectors"]:
         rows = []
         for row in sub["workers"]:
-            mine = [e for e in row["episodes"] if e["episode"] in episodes]
-            if not mine:
-                continue
-            schedule = {**row["kwargs"]["schedule"], "episodes": [dict(e) for e in mine]}
-            worker = {**row["kwargs"]["worker"], "index": len(rows)}
-            kwargs = {**row["kwargs"], "seed": mine[0]["seed"], "worker": worker, "schedule": schedule}
-            rows.append({**row, "index": len(rows), "episodes": mine,
-                         "tasks": list(dict.fromkeys(e["task_id"] for e in mine)), "kwargs": kwargs})
-        if rows:
-            subs.append({**sub, "index": len(subs), "num_workers": len(rows), "workers": rows})
-    g = 0
-    for sub in subs:
-        for row in sub["workers"]:
-            row["subcollector"] = row["kwargs"]["worker"]["subcollector"] = sub["index"]
-            row["global_index"] = row["kwargs"]["worker"]["global_index"] = g
-            g += 1
+            mine = [dict(e) for e in row["episodes"] if e["episode"] in episodes]
+            schedule = {**row["kwargs"]["schedule"], "episodes": mine}
+            rows.append({**row, "episodes": mine, "kwargs": {**row["kwargs"], "schedule": schedule}})
+        subs.append({**sub, "workers": rows})
     return {**plan, "eval": {**section, "subcollectors": subs, "episodes": len(episodes)}}
