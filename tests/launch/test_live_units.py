@@ -101,7 +101,8 @@ def test_each_worker_gets_its_row_and_state(tmp_path):
     assert [(r["global_index"], r["attention"]) for r in v.attention] == [(1, ["hung"]), (2, ["dead"]),
                                                                          (3, ["drifting", "near a budget"])]
     h = v.header
-    assert (h["batches"], h["frames"], h["recycles"], h["running"], h["policy_version"]) == (15, 60, 1, True, 3)
+    # sync: a collector batch takes one from each subcollector (10 and 5 delivered), each 4 of its 8 frames
+    assert (h["batches"], h["frames"], h["recycles"], h["running"], h["policy_version"]) == (5, 60, 1, True, 3)
     assert h["states"] == {"ready": 1, "stepping": 2, "hung": 1, "recycled": 1, "dead": 1}
 
 
@@ -135,6 +136,22 @@ def test_topo_top_once_as_json_filters_and_sorts(tmp_path):
     assert lines[1].startswith("running") and "6 workers" in lines[1]
     assert "needs attention (2):" in lines and lines[-2].split()[:7] == ["1", "0", "1", HOST, "1", "task", "1"]
     assert lines[-1].split()[7] == "dead"  # the node column: this host, outside Ray
+
+
+def test_a_run_that_ended_is_read_as_ended_through_any_spelling_of_its_path(tmp_path, monkeypatch):
+    """The report names its run directory absolute; ``topo top report`` from the report's parent spells it
+    relative: still the same run, ended at its report's time, with the report's batches."""
+    path = fabricated(tmp_path)
+    report = {"ok": True, "run_dir": path, "batches": {"count": 7}}
+    for folder in (path, str(tmp_path)):
+        with open(os.path.join(folder, "summary.json"), "w") as f:
+            json.dump(report, f)
+        os.utime(os.path.join(folder, "summary.json"), (NOW + 5, NOW + 5))
+    os.utime(os.path.join(path, "launch.json"), (NOW - 100, NOW - 100))
+    monkeypatch.chdir(tmp_path.parent)
+    for spelled in (os.path.join(tmp_path.name, "topo-run-fab"), os.path.join(tmp_path.name, "topo-run-fab", "")):
+        h = view(Reader(spelled).read(NOW + 60)).header
+        assert (h["running"], h["ok"], h["elapsed_s"], h["batches"]) == (False, True, 105.0, 7)
 
 
 def test_topo_top_names_a_missing_run(tmp_path):

@@ -276,24 +276,30 @@ def _last_event(found: list[dict], c: int) -> dict | None:
 def _header(snap: Snapshot, rows: list[dict], previous: View | None) -> dict[str, Any]:
     plan, n = snap.plan, len(snap.plan["subcollectors"])
     collector = plan.get("collector") or {}
-    per_batch = collector.get("frames_per_batch", 0) // n if collector.get("sync", True) else \
-        collector.get("frames_per_batch", 0)
-    batches = sum(r.get("batches", 0) for r in snap.observed.values())
+    sync = collector.get("sync", True)
+    per_batch = collector.get("frames_per_batch", 0) // n if sync else collector.get("frames_per_batch", 0)
+    delivered = {sub["index"]: 0 for sub in plan["subcollectors"]}  # each subcollector's batches, all its starts
+    for (c, _), r in snap.observed.items():
+        delivered[c] = delivered.get(c, 0) + r.get("batches", 0)
+    frames = sum(delivered.values()) * per_batch
+    summary = snap.summary
+    # the collector's batches: the report's count once it ended, else one from every subcollector (sync) or any one
+    batches = ((summary or {}).get("batches") or {}).get("count") or \
+        (min(delivered.values(), default=0) if sync else sum(delivered.values()))
     firsts = [r["first_time"] for r in snap.observed.values() if r.get("first_time")]
-    frames = batches * per_batch
     if previous and snap.at > previous.header["at"]:
         fps = (frames - previous.header["frames"]) / (snap.at - previous.header["at"])
     else:
         fps = frames / (snap.at - min(firsts)) if firsts and snap.at > min(firsts) else None
     states = {s: sum(1 for r in rows if r["state"] == s) for s in STATES}
     versions = [v for r in snap.observed.values() for v in r.get("policy_versions") or []]
-    summary = snap.summary
     last_eval = snap.evaluations[-1] if snap.evaluations else None
     return {"run_dir": snap.run_dir, "name": plan.get("name"), "at": snap.at,
             "running": summary is None, "ok": summary.get("ok") if summary else None,
             "error": (summary.get("error") or {}).get("message") if summary else None,
-            "elapsed_s": round(snap.at - snap.launched, 1), "workers": len(rows),
-            "states": {s: v for s, v in states.items() if v}, "batches": batches, "frames": frames,
+            "elapsed_s": round((summary["ended_at"] if summary else snap.at) - snap.launched, 1), "workers": len(rows),
+            "states": {s: v for s, v in states.items() if v}, "batches": batches,
+            "delivered": sum(delivered.values()), "frames": frames,
             "frames_per_s": round(fps, 1) if fps is not None else None,
             "policy_version": max(versions) if versions else None,
             "restarts": sum(1 for e in snap.events if e["name"] == "restart"),
@@ -337,14 +343,16 @@ def running(pid: int) -> bool:
 
 
 def _summary(run_dir: str, launched: float) -> dict | None:
-    """The run's report, once written: in the run directory, or in the report directory holding it."""
+    """The run's report, once written (``ended_at``: its file's time): in the run directory, or in the report
+    directory holding it; the run it names is this one, however either path is spelled."""
     for path in (os.path.join(run_dir, "summary.json"), os.path.join(os.path.dirname(run_dir), "summary.json")):
         try:
-            if os.path.getmtime(path) >= launched:
+            ended = os.path.getmtime(path)
+            if ended >= launched:
                 with open(path) as f:
                     found = json.load(f)
-                if found.get("run_dir") in (None, run_dir):
-                    return found
+                if found.get("run_dir") is None or os.path.samefile(found["run_dir"], run_dir):
+                    return {**found, "ended_at": ended}
         except (OSError, ValueError):
             continue
     return None
