@@ -154,6 +154,37 @@ def test_a_run_that_ended_is_read_as_ended_through_any_spelling_of_its_path(tmp_
         assert (h["running"], h["ok"], h["elapsed_s"], h["batches"]) == (False, True, 105.0, 7)
 
 
+def test_a_worker_that_closes_and_exits_while_it_is_read_is_closed_not_dead(tmp_path, monkeypatch):
+    """The worker writes 'closed', then exits, after top read the markers and before it probed the pid: the close
+    is read after the probe, so a process found gone without one is dead, never one that just closed."""
+    import topo.runtime.live as live
+
+    path = fabricated(tmp_path)
+    probe = live.running
+
+    def closing(pid):  # subcollector 0's w0 and w1 (pid: this process) close and exit as they are probed
+        if pid == os.getpid():
+            for w in (0, 1):
+                marker(RunDir(path), "closed", 0, w, 999.0, pid, seconds=0.1)
+            return False
+        return probe(pid)
+
+    monkeypatch.setattr(live, "running", closing)
+    v = view(Reader(path).read(NOW))
+    assert [(r["worker"], r["state"]) for r in v.rows[:3]] == [(0, "closed"), (1, "closed"), (2, "dead")]
+
+
+def test_a_ray_nodes_workers_are_judged_by_their_pulled_records_not_by_their_pids(tmp_path):
+    """A Ray node's records reach the run directory every few seconds (placement.run_dir: per_node): a worker that
+    closed and exited is not yet closed here. Its pid tells nothing; its node's actor names a dead worker."""
+    path = fabricated(tmp_path)
+    for run_dir, state in (("per_node", "ready"), ("shared", "dead")):  # shared: written here as it happens
+        with open(os.path.join(path, "launch.json"), "w") as f:
+            json.dump({"plan": {**PLAN, "placement": {"engine": "ray", "run_dir": run_dir}}}, f)
+        v = view(Reader(path).read(NOW))
+        assert (v.rows[2]["worker"], v.rows[2]["state"]) == (2, state)  # its pid is gone, no close here yet
+
+
 def test_topo_top_names_a_missing_run(tmp_path):
     result = CliRunner().invoke(main, ["top", str(tmp_path), "--once"])
     assert result.exit_code == 2 and "is not a topo run directory" in result.output

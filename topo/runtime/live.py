@@ -60,6 +60,7 @@ class Snapshot:
     beats: dict[int, list[tuple]] = field(default_factory=dict)
     lives: dict[str, Life] = field(default_factory=dict)
     alive: set[int] = field(default_factory=set)  # pids of this host's workers found running
+    pulled: bool = False  # the workers' records come from Ray nodes (placement.run_dir: per_node), late
     summary: dict | None = None  # the report, once the run ended
     evaluations: list[dict] = field(default_factory=list)
 
@@ -78,12 +79,10 @@ class Reader:
 
     def read(self, now: float | None = None) -> Snapshot:
         now = time.time() if now is None else now
-        for m in self.run.read_new("markers"):
-            where = m.get("worker")
-            if isinstance(where, dict) and "index" in where:
-                key = (where.get("subcollector", -1), where["index"], m.get("restart", 0))
-                self._workers.setdefault(key, {})[m["name"]] = m
-        snap = Snapshot(self.run.path, self.plan, now, self.launched, workers=self._workers)
+        self._markers()
+        placement = self.plan.get("placement") or {}
+        snap = Snapshot(self.run.path, self.plan, now, self.launched, workers=self._workers,
+                        pulled=placement.get("engine") == "ray" and placement.get("run_dir") == "per_node")
         for record in self.run.read_all("observed"):
             snap.observed[(record.get("subcollector"), record.get("restart", 0))] = record
         snap.events = events.read(self.run)
@@ -110,11 +109,19 @@ class Reader:
                 if life is not None:
                     snap.lives[life] = self._life(life)
                 started = self._workers.get((sub["index"], row["index"], k), {}).get("started")
-                if started and started.get("host", HOST) == HOST and running(started["pid"]):
+                if started and started.get("host", HOST) == HOST and not snap.pulled and running(started["pid"]):
                     snap.alive.add(started["pid"])
+        self._markers()  # a worker writes 'closed' before it exits: one found gone has its close read by now
         snap.summary = _summary(self.run.path, self.launched)
         snap.evaluations = _rounds(self.run.path)
         return snap
+
+    def _markers(self) -> None:
+        for m in self.run.read_new("markers"):
+            where = m.get("worker")
+            if isinstance(where, dict) and "index" in where:
+                key = (where.get("subcollector", -1), where["index"], m.get("restart", 0))
+                self._workers.setdefault(key, {})[m["name"]] = m
 
     def _life(self, life: str) -> Life:
         state = self._lives.setdefault(life, Life())
@@ -209,10 +216,12 @@ def _row(snap: Snapshot, row: dict, c: int, w: int, k: int, markers: dict, slot:
          hung_after: float, ended: bool) -> dict[str, Any]:
     started, constructed = markers.get("started"), markers.get("constructed")
     pid = started["pid"] if started else None
-    local = started is not None and started.get("host", HOST) == HOST
+    # gone without a close is dead where the close, written before the exit, is here first: not for a Ray node's
+    # records, pulled every few seconds (its actor names its dead workers; a close comes after the exit)
+    probed = started is not None and started.get("host", HOST) == HOST and not snap.pulled
     begun, done, _, _, rss, _, steps, mean, baseline, resets = slot if slot else (0.0, 0.0, 0, 0, 0, 0, 0, 0.0, 0.0, 0)
     last = max(begun, done)
-    if markers.get("failed") or (constructed and local and pid not in snap.alive and not markers.get("closed")
+    if markers.get("failed") or (constructed and probed and pid not in snap.alive and not markers.get("closed")
                                  and not ended):
         state = "dead"
     elif markers.get("closed") or (ended and constructed):
