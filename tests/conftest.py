@@ -121,8 +121,9 @@ class Durations:
         self.files[path] = self.files.get(path, 0.0) + report.duration
         if report.when == "setup":
             self.setups.append((report.duration, report.nodeid))
-        elif report.when == "call" and report.duration > LONG_TEST_S and not dict(report.user_properties).get("documented"):
-            self.unexplained.append((report.duration, report.nodeid))
+        elif report.when == "call" and report.duration > LONG_TEST_S:
+            if not dict(report.user_properties).get("documented"):
+                self.unexplained.append((report.duration, report.nodeid))
 
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter):

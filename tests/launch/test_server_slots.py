@@ -46,7 +46,8 @@ def test_a_libero_plan_lays_out_its_slots_too_unless_proprio_keys_choose_its_sta
     spec = yaml.safe_load((EXAMPLES / "libero_cpu.yaml").read_text())
     lay, why = server_slots.layout(plan_of(tmp_path, spec))
     assert why == "" and lay.keys == {("observation", "image"): ((3, 64, 64), "uint8"),
-                                      ("observation", "state"): ((9,), "float32"), ("language_instruction",): ((), "str")}
+                                      ("observation", "state"): ((9,), "float32"),
+                                      ("language_instruction",): ((), "str")}
     spec["env"]["kwargs"]["proprio_keys"] = ["robot0_eef_pos"]
     lay, why = server_slots.layout(plan_of(tmp_path, spec))
     assert lay is None and why == "backend 'libero' declares no observation layout (Backend.observation_layout)"

@@ -5,8 +5,9 @@ A thread in the trainer reads the run directory every ``every_s`` seconds as ``t
 (:mod:`topo.runtime.live`: no call into the collector, nothing on its path) and logs, at step = frames collected:
 ``topo/frames_per_s``, ``topo/batch_s`` (seconds per subcollector batch), ``topo/batches`` (the collector's),
 ``topo/restarts``, ``topo/recycles``, ``topo/rss_mb_mean`` and ``_max``, ``topo/step_rate_mean``,
-``topo/workers_attention`` and ``topo/policy_version``; and once per evaluation round, at its policy version, ``topo/eval/success_rate``,
-its interval (``_ci_low``, ``_ci_high``) and ``topo/eval/task_<id>/success_rate``. A last reading at the end.
+``topo/workers_attention`` and ``topo/policy_version``; and once per evaluation round, at its policy version,
+``topo/eval/success_rate``, its interval (``_ci_low``, ``_ci_high``) and ``topo/eval/task_<id>/success_rate``. A last
+reading at the end.
 """
 from __future__ import annotations
 

@@ -92,8 +92,8 @@ class Reader:
         for e in snap.events:
             if e["name"] in ("restart", "recycle"):
                 restarts[e["subcollector"]] = max(restarts.get(e["subcollector"], 0), e["restart"])
-        for name in os.listdir(os.path.join(self.run.path, "beats")) if os.path.isdir(
-                os.path.join(self.run.path, "beats")) else []:
+        beats = os.path.join(self.run.path, heartbeat.FOLDER)
+        for name in os.listdir(beats) if os.path.isdir(beats) else []:
             found = _BEATS.match(name)
             if found:
                 restarts[int(found[1])] = max(restarts.get(int(found[1]), 0), int(found[2]))
