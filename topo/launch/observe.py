@@ -114,8 +114,8 @@ def check(plan: dict, observed: dict[int, dict | None]) -> list[dict]:
             result.append({"subcollector": sub["index"], "status": "not observed"})
             continue
         workers = record["first"]
-        entry = {"subcollector": sub["index"], "batches": record["batches"],
-                 "policy_versions": record.get("policy_versions")}
+        entry = {"subcollector": sub["index"], "tasks": list(dict.fromkeys(w["task_id"] for w in sub["workers"])),
+                 "batches": record["batches"], "policy_versions": record.get("policy_versions")}
         if not any(workers):
             entry["status"] = "nothing observable"
         else:
