@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import yaml
-
 from click.testing import CliRunner
 
 from topo.backends.base import TaskCatalog
@@ -13,6 +12,7 @@ from topo.cli import main
 from topo.compiler.spec import empty_range, split_item
 from topo.diagnostics import ids_text, task_order
 from topo.launch.evaluation.results import summarise, table
+from topo.runs.top import task_keys
 
 from tests.compiler.compiler_helpers import EXAMPLES, SPATIAL, checked_of, compile_dict, libero, rows
 
@@ -116,3 +116,9 @@ def test_eval_results_and_the_report_name_the_suites():
         in "\n".join(lines)
     assert "suites" not in summarise({}, {0: (0, 0, {"episode": 0, "task_id": 3})}, {}, round_=1, step=None,
                                      version=0, acting_version=0, seconds=1.0)
+
+
+def test_task_options_read_suite_keys():
+    """``topo top --task`` and ``topo runs show --task``: an id, or a multi-suite plan's "suite:id"."""
+    assert task_keys(None, None, ("3", "libero_goal:1")) == (3, "libero_goal:1")
+    assert task_keys(None, None, "libero_goal:1") == "libero_goal:1" and task_keys(None, None, None) is None

@@ -1,6 +1,7 @@
 """Two LIBERO suites in one topology on real LIBERO: examples/libero_two_suites.yaml trains 2 x 2 with
 subcollector 0 on libero_spatial 0-1 and subcollector 1 on libero_object 0-1 (each batch's rows show their own
-suite's task language), then evaluates libero_goal 0-1, a suite training never runs."""
+suite's task language); then `topo eval` runs its eval rows, libero_goal 0-1, a suite training never runs (one
+after the other: at most 4 LIBERO workers at a time)."""
 import json
 import os
 import subprocess
@@ -24,7 +25,9 @@ def flat(value):
     return [value] if isinstance(value, str) else [x for item in value for x in flat(item)]
 
 if __name__ == "__main__":
-    plan = topo.load(sys.argv[1])
+    source = topo.load_spec(sys.argv[1])
+    del source.data["eval"]  # training alone: 4 LIBERO workers (topo eval runs the eval rows after)
+    plan = topo.load(topo.compile_source(source))
     with topo.collector(plan, policy=plan.make_policy(), report_dir=sys.argv[2], progress=False) as run:
         batches = [[sorted(set(flat(batch[c]["language_instruction"]))) for c in range(batch.shape[0])]
                    for _, batch in zip(range(2), run.collector)]
