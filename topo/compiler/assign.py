@@ -17,16 +17,27 @@ from __future__ import annotations
 from typing import Sequence
 
 from topo.backends.base import Assignment, Backend, TaskCatalog
-from topo.compiler.spec import Spec
+from topo.compiler.spec import Spec, TaskKey
 
 GROUP_ID_OFFSET = 10**6
 
 
-def task_list(spec: Spec, catalog: TaskCatalog | None) -> tuple[int, ...]:
-    """The task ids workers cycle through ('all' is the backend's whole catalog)."""
+def task_list(spec: Spec, catalog: TaskCatalog | None) -> tuple[TaskKey, ...]:
+    """The task keys workers cycle through ('all' is the backend's whole catalog)."""
     if spec.tasks_all:
         return catalog.ids if catalog is not None else ()
-    return spec.tasks or ()
+    return expand(spec.tasks or (), catalog)
+
+
+def expand(keys: Sequence[TaskKey], catalog: TaskCatalog | None) -> tuple[TaskKey, ...]:
+    """``keys`` with each 'all' marker (``"all"``, ``"suite:all"``) replaced by the catalog's ids (of that suite)."""
+    out: list[TaskKey] = []
+    for key in keys:
+        if isinstance(key, str) and (key == "all" or key.endswith(":all")):
+            out += [i for i in (catalog.ids if catalog is not None else ()) if str(i).startswith(key[:-3])]
+        else:
+            out.append(key)
+    return tuple(out)
 
 
 def seeds(spec: Spec) -> list[int]:

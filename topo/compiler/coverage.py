@@ -4,6 +4,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
+from topo.diagnostics import task_order
+
 
 def coverage(plan: dict[str, Any]) -> dict[str, Any]:
     groups = plan.get("groups") or {}
@@ -28,7 +30,7 @@ def coverage(plan: dict[str, Any]) -> dict[str, Any]:
         "subcollectors": len(plan["subcollectors"]),
         "tasks": [
             {"task_id": task, "workers": n, "groups": len(groups_per_task[task])}
-            for task, n in sorted(per_task.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
+            for task, n in sorted(per_task.items(), key=lambda kv: task_order(kv[0]))
         ],
         "instructions_per_subcollector": instructions,
         "groups": {"count": len(members), "workers_per_group": size, "complete": len(members) - len(incomplete),

@@ -12,7 +12,8 @@ after the training ones). Without ``eval.seeds``, the stream starts after traini
 A backend without tasks has one task, ``None``; a backend without init states one init state per task,
 ``None``. The builder input of each task of a row is ``backend.env_kwargs`` of an :class:`Assignment` without
 GRPO groups and with ``init_state_mode: fixed`` (the row's first init state of that task), keyed in the
-row's schedule by the task id as JSON text (``"2"``, ``"null"``).
+row's schedule by :func:`env_key` (``"2"``, ``"null"``, ``"libero_goal:0"``: a multi-suite key, whose builder
+input names its suite).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import json
 from typing import Any, Iterator
 
 from topo.compiler.assign import seeds as training_seeds
-from topo.compiler.assign import task_list
+from topo.compiler.assign import expand, task_list
 from topo.backends.base import Assignment, Backend, TaskCatalog
 from topo.compiler.limits import MAX_EVAL_EPISODES
 from topo.compiler.row import EvalRow, kwargs_block
@@ -46,7 +47,7 @@ def eval_tasks(spec: Spec, catalog: TaskCatalog | None) -> tuple[int | None, ...
     if e is not None and e.tasks_all:
         ids: tuple = catalog.ids if catalog is not None else ()
     elif e is not None and e.tasks is not None:
-        ids = e.tasks
+        ids = expand(e.tasks, catalog)
     else:
         ids = training_task_ids(spec, catalog)
     return tuple(ids) or (None,)
@@ -142,9 +143,10 @@ def split(total: int, workers: int) -> list[int]:
     return [q + 1 if g < r else q for g in range(workers)]
 
 
-def env_key(task: int | None) -> str:
-    """A task's key in a row's ``schedule.envs``: its id as JSON text (``"2"``; ``"null"`` without tasks)."""
-    return json.dumps(task)
+def env_key(task: int | str | None) -> str:
+    """A task's key in a row's ``schedule.envs``: its id as JSON text (``"2"``; ``"null"`` without tasks), a
+    multi-suite key as it is (``"libero_goal:0"``)."""
+    return task if isinstance(task, str) else json.dumps(task)
 
 
 def plan_section(spec: Spec, backend: Backend, catalog: TaskCatalog | None,

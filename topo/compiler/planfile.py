@@ -21,6 +21,7 @@ from typing import Any, Iterator, Mapping
 from topo.compiler import schema
 from topo.diagnostics import Diagnostic, error, format_path, warning
 from topo.errors import SpecError, StalePlanError
+from topo.compiler.eval_plan import env_key
 from topo.compiler.limits import MAX_PLAN_BYTES, MAX_PLAN_DEPTH, MAX_SPEC_BYTES, count
 
 FORMAT = "topo.plan/1"
@@ -247,7 +248,7 @@ def _eval_rules(section: dict, env: dict, bad) -> None:
                 bad(f"tasks {row['tasks']} are not its episodes' ({tasks})", *where, "tasks")
             kwargs, schedule = row["kwargs"], row["kwargs"]["schedule"]
             envs = schedule["envs"]
-            first = json.dumps(row["episodes"][0]["task_id"])
+            first = env_key(row["episodes"][0]["task_id"])
             for key, value, said in (("worker", {**expected, "role": "eval"}, "row"),
                                      ("seed", row["episodes"][0]["seed"], "row's first episode"),
                                      ("render_gpu", row["render_gpu"], "row"),
@@ -257,7 +258,7 @@ def _eval_rules(section: dict, env: dict, bad) -> None:
                     bad(f"kwargs.{key} is {kwargs[key]!r} but the {said} says {value!r}", *where, "kwargs", key)
             if schedule["episodes"] != row["episodes"]:
                 bad("kwargs.schedule.episodes are not the row's episodes", *where, "kwargs", "schedule", "episodes")
-            if set(envs) != {json.dumps(t) for t in tasks}:
+            if set(envs) != {env_key(t) for t in tasks}:
                 bad(f"kwargs.schedule.envs has {sorted(envs)}, the row's tasks are {tasks}", *where, "kwargs",
                     "schedule", "envs")
             if g < len(per_worker) and (per_worker[g]["episodes"], per_worker[g]["tasks"]) != (len(numbers), tasks):

@@ -118,7 +118,11 @@ def coverage_text(plan: dict[str, Any]) -> str:
         counts = sorted({t["workers"] for t in tasks})
         lines.append(f"  tasks: {len(tasks)}, workers per task {'/'.join(map(str, counts))}"
                      + (" (even)" if len(counts) == 1 else " (uneven)"))
-        lines.append("    " + ", ".join(f"{t['task_id']}:{t['workers']}" for t in tasks))
+        by_suite: dict[str, list[str]] = {}
+        for t in tasks:  # "suite:id" keys: one line per suite
+            suite, _, task = str(t["task_id"]).rpartition(":")
+            by_suite.setdefault(suite, []).append(f"{task}:{t['workers']}")
+        lines += [f"    {suite + ': ' if suite else ''}{', '.join(counts)}" for suite, counts in by_suite.items()]
     ipc = cov["instructions_per_subcollector"]
     lines.append(f"  distinct instructions per subcollector: {_runs(ipc)}")
     g = cov["groups"]

@@ -2,12 +2,18 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Union
 
 START_METHODS = ("spawn", "forkserver", "fork")
 DEFAULT_STARTUP_TIMEOUT = 900.0
 DEFAULT_WORKER_START = "forkserver"  # with preload: 16-23 % faster to ready than spawn (benchmarks/results/)
+
+#: a task's key in the compiler: its id in env.kwargs.task_suite, or ``"suite:id"`` in a multi-suite spec (where
+#: ``"suite:all"`` also stands, in task lists, for every task of that suite until the catalog expands it)
+TaskKey = Union[int, str]
+QUALIFIED = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*:\s*(all|[0-9]{1,18}(?:\s*-\s*[0-9]{1,18})?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -20,7 +26,7 @@ class Groups:
 
 @dataclass(frozen=True)
 class Block:
-    task: int
+    task: TaskKey
     workers: int
     instruction: str | None = None
     kwargs: Mapping[str, Any] = field(default_factory=dict)
@@ -101,7 +107,7 @@ class Placement:
 class Eval:
     """The ``eval`` section: what one evaluation runs (each (task, init state) ``trials`` times) and on what."""
 
-    tasks: tuple[int, ...] | None = None  # None: 'all' (tasks_all) or not written (the training tasks)
+    tasks: tuple[TaskKey, ...] | None = None  # None: 'all' (tasks_all) or not written (the training tasks)
     tasks_all: bool = False
     task_items: tuple[int | str, ...] = ()  # eval.tasks as written, one entry per item
     tasks_listed: bool = False
@@ -137,11 +143,11 @@ class Spec:
     start_subcollectors: str
     start_workers: str
     preload: bool  # forkserver env workers: the server imports the heavy modules once
-    tasks: tuple[int, ...] | None  # None: the backend's whole catalog ('all') or no tasks
+    tasks: tuple[TaskKey, ...] | None  # None: the backend's whole catalog ('all') or no tasks
     tasks_all: bool
     task_items: tuple[int | str, ...]  # assignment.tasks as written, one entry per item ('all' included)
     tasks_listed: bool  # assignment.tasks is written as a list
-    instructions: dict[int, str]
+    instructions: dict[TaskKey, str]
     blocks: tuple[Block, ...] | None
     groups: Groups
     init_state_mode: str
@@ -174,6 +180,12 @@ class Spec:
     placement: Placement = Placement()
     eval: Eval | None = None  # None: no eval section
     written: frozenset[tuple[str, ...]] = frozenset()  # key paths the spec gives a value, down to the third level
+    suites: tuple[str, ...] = ()  # a multi-suite spec's suites (env.kwargs.task_suite first); (): one suite, int keys
+    qualified: tuple[tuple[tuple, str], ...] = ()  # (path, item) of every task item written 'suite:...'
+
+    def keys_of(self, item: int | str) -> list[TaskKey]:
+        """The task keys one task item names, as this spec reads them."""
+        return Keys(self.env_kwargs.get("task_suite"), self.suites).of(item)
 
     def wrote(self, *path: str) -> bool:
         """Whether the spec gives this key a value (not null), rather than leaving it to its default."""
@@ -194,8 +206,8 @@ class Spec:
 
 
 def parse_task_item(item: int | str) -> list[int]:
-    if isinstance(item, int):
-        return [item]
+    if isinstance(item, int) or "-" not in item:
+        return [int(item)]
     lo, _, hi = item.partition("-")
     lo_i, hi_i = int(lo), int(hi)
     return list(range(lo_i, hi_i + 1))
@@ -204,6 +216,68 @@ def parse_task_item(item: int | str) -> list[int]:
 def parse_items(items: Any) -> tuple[int, ...]:
     """The ids of one item or a list of items (ids and ranges 'a-b')."""
     return tuple(i for item in (items if isinstance(items, list) else [items]) for i in parse_task_item(item))
+
+
+def split_item(item: int | str) -> tuple[str | None, int | str] | None:
+    """``(suite, rest)`` of a task item (suite None: unqualified); None for a malformed qualified one."""
+    if not isinstance(item, str) or ":" not in item:
+        return None, item
+    m = QUALIFIED.match(item)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def empty_range(item: int | str) -> tuple[str, str, str] | None:
+    """``(lo, hi, the range the right way round)`` of a range item (qualified or not) that names no ids; None
+    otherwise."""
+    split = split_item(item)
+    rest = split[1] if split else None
+    if not isinstance(rest, str) or "-" not in rest:
+        return None
+    lo, _, hi = (part.strip() for part in rest.partition("-"))
+    return (lo, hi, f"{split[0] + ':' if split[0] else ''}{hi}-{lo}") if int(lo) > int(hi) else None
+
+
+class Keys:
+    """Task items to keys: ints in a one-suite spec, ``"suite:id"`` once an item names another suite than
+    ``default`` (env.kwargs.task_suite), unqualified items then meaning ``default``."""
+
+    def __init__(self, default: str | None, named: tuple[str, ...]):
+        self.default = default
+        self.suites = tuple(dict.fromkeys(([default] if default else []) + list(named))) if set(named) - {default} else ()
+
+    def of(self, item: int | str) -> list[TaskKey]:
+        """The keys of one item: ``"all"`` stays a marker (``"suite:all"`` when multi-suite); malformed: none."""
+        split = split_item(item)
+        if split is None:
+            return []
+        suite, rest = split
+        ids: list = ["all"] if rest == "all" else parse_task_item(rest)
+        return [f"{suite or self.default}:{i}" for i in ids] if self.suites else ids
+
+    def items(self, raw: Any) -> tuple[TaskKey, ...]:
+        return tuple(k for item in _items(raw) for k in self.of(item))
+
+
+def _task_items(data: Mapping[str, Any]) -> Iterator[tuple[tuple, Any]]:
+    """(path, item) of every task item of the spec: assignment.tasks, blocks' tasks, instructions' keys, eval.tasks."""
+    assign = data.get("assignment") or {}
+    evaluate = data.get("eval") if isinstance(data.get("eval"), dict) else {}
+    for path, raw in ((("assignment", "tasks"), assign.get("tasks")), (("eval", "tasks"), evaluate.get("tasks"))):
+        for i, item in enumerate(_items(raw)):
+            yield (path + (i,) if isinstance(raw, list) else path), item
+    for i, block in enumerate(assign.get("blocks") or ()):
+        yield ("assignment", "blocks", i, "task"), block.get("task")
+    for key in assign.get("instructions") or {}:
+        yield ("assignment", "instructions", key), key
+
+
+def _qualified(data: Mapping[str, Any]) -> tuple[tuple[tuple, str], ...]:
+    return tuple((path, item) for path, item in _task_items(data) if isinstance(item, str) and ":" in item)
+
+
+def _named_suites(qualified: tuple[tuple[tuple, str], ...]) -> tuple[str, ...]:
+    """Every suite the well-formed qualified items name, in the order they are first written."""
+    return tuple(dict.fromkeys(split[0] for split in (split_item(item) for _, item in qualified) if split))
 
 
 def from_data(data: Mapping[str, Any]) -> Spec:
@@ -218,12 +292,16 @@ def from_data(data: Mapping[str, Any]) -> Spec:
     workers = tuple(wps) if isinstance(wps, list) else (wps,) * n_sub
     start = topo.get("start_method") or {}
 
+    suite = (env.get("kwargs") or {}).get("task_suite")
+    qualified = _qualified(data)
+    keys = Keys(suite if isinstance(suite, str) else None, _named_suites(qualified))
     tasks_raw = assign.get("tasks")
-    tasks_all = tasks_raw == "all"
-    tasks = parse_items(tasks_raw) if tasks_raw is not None and not tasks_all else None
+    tasks_all = tasks_raw == "all" and not keys.suites
+    tasks = keys.items(tasks_raw) if tasks_raw is not None and not tasks_all else None
     blocks = None
     if assign.get("blocks"):
-        blocks = tuple(Block(b["task"], b["workers"], b.get("instruction"), b.get("kwargs") or {}) for b in assign["blocks"])
+        blocks = tuple(Block((keys.of(b["task"]) or [None])[0], b["workers"], b.get("instruction"), b.get("kwargs") or {})
+                       for b in assign["blocks"])
 
     g = assign.get("groups")
     groups = Groups()
@@ -252,7 +330,7 @@ def from_data(data: Mapping[str, Any]) -> Spec:
         tasks_all=tasks_all,
         task_items=() if tasks_raw is None else tuple(tasks_raw) if isinstance(tasks_raw, list) else (tasks_raw,),
         tasks_listed=isinstance(tasks_raw, list),
-        instructions={int(k): v for k, v in (assign.get("instructions") or {}).items()},
+        instructions={key[0]: v for k, v in (assign.get("instructions") or {}).items() if len(key := keys.of(k)) == 1},
         blocks=blocks,
         groups=groups,
         init_state_mode=init.get("mode", "random"),
@@ -284,8 +362,10 @@ def from_data(data: Mapping[str, Any]) -> Spec:
         policy=Policy(policy["factory"], dict(policy.get("kwargs") or {}), policy.get("placement", "subcollector"),
                       policy.get("device"), policy.get("weight_sync", "shared_mem")) if policy else None,
         placement=_placement(data.get("placement") or {}),
-        eval=_eval(data["eval"]) if isinstance(data.get("eval"), dict) else None,
+        eval=_eval(data["eval"], keys) if isinstance(data.get("eval"), dict) else None,
         written=frozenset(_written(data, ())),
+        suites=keys.suites,
+        qualified=qualified,
     )
 
 
@@ -304,7 +384,7 @@ def _placement(data: Mapping[str, Any]) -> Placement:
     )
 
 
-def _eval(data: Mapping[str, Any]) -> Eval:
+def _eval(data: Mapping[str, Any], keys: Keys) -> Eval:
     tasks = data.get("tasks")
     states = data.get("init_states")
     workers = data.get("workers")
@@ -318,8 +398,8 @@ def _eval(data: Mapping[str, Any]) -> Eval:
     gpus = data.get("render_gpus") or devices.get("ids")
     seeds = data.get("seeds") or {}
     return Eval(
-        tasks=parse_items(tasks) if tasks is not None and tasks != "all" else None,
-        tasks_all=tasks == "all",
+        tasks=keys.items(tasks) if tasks is not None and (tasks != "all" or keys.suites) else None,
+        tasks_all=tasks == "all" and not keys.suites,
         task_items=_items(tasks),
         tasks_listed=isinstance(tasks, list),
         init_states=parse_items(states) if states is not None and states != "all" else None,

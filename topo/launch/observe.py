@@ -114,8 +114,9 @@ def check(plan: dict, observed: dict[int, dict | None]) -> list[dict]:
             result.append({"subcollector": sub["index"], "status": "not observed"})
             continue
         workers = record["first"]
-        entry = {"subcollector": sub["index"], "batches": record["batches"],
-                 "policy_versions": record.get("policy_versions")}
+        tasks = (t for w in sub["workers"] for t in w.get("tasks") or [w.get("task_id")])  # eval rows: several
+        entry = {"subcollector": sub["index"], "tasks": list(dict.fromkeys(tasks)),
+                 "batches": record["batches"], "policy_versions": record.get("policy_versions")}
         if not any(workers):
             entry["status"] = "nothing observable"
         else:

@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from topo.diagnostics import ids_text
 from topo.errors import TopoError
 from topo.runtime import episodes
 from topo.runtime import time_breakdown
@@ -430,7 +431,9 @@ def human(s: dict) -> str:
         seen = entry.get("instructions") or []
         if seen:
             groups = entry.get("groups") or []
-            lines.append(f"    sub{entry['subcollector']} [{entry['status']}] groups {groups}: "
+            suites = [t for t in entry.get("tasks") or [] if isinstance(t, str)]  # "suite:id": name them
+            lines.append(f"    sub{entry['subcollector']} [{entry['status']}] "
+                         + (f"tasks {ids_text(suites)}, " if suites else "") + f"groups {groups}: "
                          + "; ".join(repr(text) for text in seen))
     return "\n".join(lines)
 
@@ -457,7 +460,9 @@ def _evaluation(section: dict | None) -> list[str]:
                 f"{last['policy_version']}")
     else:
         head = f"  evaluation: no round ended, {section['skipped']} skipped"
-    lines = [head]
+    lines = [head] + [f"    suite {x['suite']}: {x['successes']}/{x['episodes']} succeeded "
+                      f"({100 * (x['success_rate'] or 0):.1f}%) over {x['tasks']} task(s)"
+                      for x in (rounds[-1].get("suites") or [] if rounds else [])]
     if collector:
         built = collector["constructions"]["by_role"]
         lines.append(f"    eval workers: {collector['topology']['workers']}, env constructions "

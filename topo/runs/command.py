@@ -16,6 +16,7 @@ import click
 from topo.runtime.episode_index import Index
 from topo.runtime.episodes import Episode, find_run
 from topo.errors import UsageError
+from topo.runs.top import task_keys
 
 COLUMNS = ("id", "subcollector", "worker", "task_id", "init_state", "group_id", "seed", "steps", "return", "success",
            "ended", "policy_versions")
@@ -31,7 +32,7 @@ def runs():
 @runs.command("show")
 @click.argument("run", type=click.Path(exists=True, file_okay=False))
 @click.argument("episode", required=False)
-@click.option("--task", type=int, help="Only episodes of this task id.")
+@click.option("--task", callback=task_keys, help="Only episodes of this task: an id, or suite:id in a multi-suite plan.")
 @click.option("--worker", type=int, help="Only episodes of this plan row (its global index).")
 @click.option("--subcollector", type=int, help="Only episodes of this subcollector.")
 @click.option("--version", type=int, help="Only episodes in which this policy version acted.")

@@ -17,12 +17,21 @@ import time
 import click
 
 from topo.runtime.episodes import find_run
+from topo.diagnostics import task_order
 from topo.errors import UsageError
 from topo.runtime.live import STATES, Reader, View, view
 from topo.runtime.stall import cut
 
+def task_keys(ctx, param, value):
+    """``--task`` as a plan's task keys: ``3`` an id, ``libero_goal:3`` a multi-suite plan's key."""
+    def key(text: str) -> int | str:
+        return int(text) if text.isdigit() else text
+
+    return None if value is None else tuple(map(key, value)) if isinstance(value, tuple) else key(value)
+
+
 SORTS = {"row": lambda r: (r["global_index"] or 0,), "subcollector": lambda r: (r["subcollector"], r["worker"]),
-         "task": lambda r: (r["task_id"] is None, r["task_id"] or 0, r["global_index"] or 0),
+         "task": lambda r: (task_order(r["task_id"]), r["global_index"] or 0),
          "state": lambda r: (STATES.index(r["state"]), r["global_index"] or 0),
          "rate": lambda r: (r["step_rate"] is None, r["step_rate"] or 0.0),
          "age": lambda r: (-(r["heartbeat_age_s"] or 0.0),), "rss": lambda r: (-(r["rss_mb"] or 0.0),)}
@@ -39,7 +48,8 @@ COLUMNS = (("row", "global_index"), ("sub", "subcollector"), ("w", "worker"), ("
 @click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True, help="Seconds between refreshes.")
 @click.option("--sort", type=click.Choice(sorted(SORTS)), default="row", show_default=True)
 @click.option("--subcollector", type=int, multiple=True, help="Only this subcollector's workers (repeatable).")
-@click.option("--task", type=int, multiple=True, help="Only workers of this task id (repeatable).")
+@click.option("--task", multiple=True, callback=task_keys,
+              help="Only workers of this task: an id, or suite:id in a multi-suite plan (repeatable).")
 @click.option("--state", type=click.Choice(STATES), multiple=True, help="Only workers in this state (repeatable).")
 @click.option("--limit", type=click.IntRange(min=0), default=None, help="At most N rows (needs-attention first, always).")
 @click.option("--hung-after", type=click.FloatRange(min=0, min_open=True), default=None,

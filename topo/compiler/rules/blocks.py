@@ -17,7 +17,8 @@ def layout(spec: Spec, ctx: Context) -> list[Diagnostic]:
         for key in sorted(set(b.kwargs) & (backend.catalog_keys if backend else frozenset())):
             out.append(error("block-changes-catalog", f"block {i} sets {key}, but its task ids and instructions are "
                              f"resolved against env.kwargs.{key}", ("assignment", "blocks", i, "kwargs", key),
-                             f"use one {key} per spec (one spec per suite)"))
+                             f"qualify the block's task by its suite instead, e.g. task: 'libero_object:3'"
+                             if key == backend.suite_key else f"use one {key} per spec"))
     total = sum(b.workers for b in spec.blocks)
     path = ("assignment", "blocks")
     if total != spec.total_workers:
@@ -28,10 +29,9 @@ def layout(spec: Spec, ctx: Context) -> list[Diagnostic]:
     start = 0
     g = spec.groups
     for i, b in enumerate(spec.blocks):
-        if catalog is not None and b.task not in catalog:
-            out.append(error("task-unknown", f"task {b.task} does not exist: {catalog.source or spec.backend} "
-                             f"has {len(catalog.ids)} tasks, {ids_text(catalog.ids)}", path + (i, "task"),
-                             f"use ids in {ids_text(catalog.ids)}"))
+        if catalog is not None and b.task is not None and b.task not in catalog:
+            exists, hint = catalog.extent([b.task], spec.backend)
+            out.append(error("task-unknown", f"task {b.task} does not exist: {exists}", path + (i, "task"), hint))
         if g.parallel_repeats and b.workers % g.size:
             out.append(error("blocks-split-group", f"block {i} covers workers {start}-{start + b.workers - 1}, which splits "
                              f"a group of {g.size} ({b.workers} % {g.size} = {b.workers % g.size})",

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from topo.backends import Backend, PluginError, TaskCatalog, get_backend, names
 from topo.diagnostics import Diagnostic, error
+from topo.compiler.rules.suites import qualified
 from topo.compiler.spec import Spec
 
 
@@ -16,7 +17,8 @@ class Context:
 
 
 def context(spec: Spec) -> tuple[Context, list[Diagnostic]]:
-    """The backend and its catalog, with what the backend says of env.kwargs, env.options and blocks' kwargs."""
+    """The backend and its catalog (several suites' union in a multi-suite spec), with what the backend says of
+    env.kwargs, env.options, blocks' kwargs and the suites task items name."""
     backend, out = load_backend(spec.backend)
     catalog = None
     if backend is not None:
@@ -27,8 +29,9 @@ def context(spec: Spec) -> tuple[Context, list[Diagnostic]]:
             where = ("assignment", "blocks", i, "kwargs")
             out += [d for d in backend.check_kwargs({**spec.env_kwargs, **block.kwargs}, where)
                     if d.path[:len(where)] == where and len(d.path) > len(where) and d.path[len(where)] in block.kwargs]
-        if not any(d.is_error for d in out):
-            catalog = backend.catalog(spec.env_kwargs)
+    out += qualified(spec, backend)
+    if backend is not None and not any(d.is_error for d in out):
+        catalog = backend.suites_catalog(spec.env_kwargs, spec.suites) if spec.suites else backend.catalog(spec.env_kwargs)
     return Context(backend, catalog), out
 
 

@@ -10,9 +10,10 @@ from collections import Counter
 
 from topo.compiler import eval_plan
 from topo.backends.base import Backend
-from topo.diagnostics import Diagnostic, error, ids_text, warning
+from topo.diagnostics import Diagnostic, error, ids_text, task_order, warning
 from topo.compiler.limits import MAX_EVAL_EPISODES, count as n_text
-from topo.compiler.spec import Spec, parse_task_item
+from topo.compiler.assign import expand
+from topo.compiler.spec import Spec, empty_range, parse_task_item
 from topo.compiler.rules.context import Context
 from topo.compiler.rules.placement import eval_beside_training
 from topo.compiler.rules.render import devices
@@ -54,10 +55,10 @@ def _ranges(spec: Spec) -> list[Diagnostic]:
                                      ("init_states", e.init_state_items, e.init_states_listed,
                                       "init-state-range-empty")):
         for i, item in enumerate(items):
-            if isinstance(item, str) and item != "all" and not parse_task_item(item):
-                lo, _, hi = (part.strip() for part in item.partition("-"))
+            if (empty := empty_range(item)) is not None:
+                lo, hi, fixed = empty
                 out.append(error(code, f"range {item!r} of eval.{key} is empty ({lo} > {hi})",
-                                 PATH + (key, i) if listed else PATH + (key,), f"write it {hi}-{lo}"))
+                                 PATH + (key, i) if listed else PATH + (key,), f"write it {fixed}"))
     return out
 
 
@@ -69,20 +70,21 @@ def _tasks(spec: Spec, ctx: Context) -> list[Diagnostic]:
         out.append(error("eval-tasks-all-unknown", f"backend {spec.backend!r} has no task catalog, so eval.tasks: all "
                          "means nothing", path, "list the eval task ids"))
     if e.tasks is not None:
-        dup = sorted(t for t, n in Counter(e.tasks).items() if n > 1)
+        ids = expand(e.tasks, catalog)
+        dup = sorted((t for t, n in Counter(ids).items() if n > 1), key=task_order)
         if dup:
             out.append(error("eval-task-duplicate", f"eval task id(s) {ids_text(dup)} listed more than once: each of "
                              f"their (task, init state) pairs would run more than trials ({e.trials}) times per "
                              "evaluation", path,
                              "list each task once; trials sets how often each (task, init state) runs"))
         if catalog is not None:
-            unknown = sorted({t for t in e.tasks if t not in catalog})
+            unknown = sorted({t for t in ids if t not in catalog}, key=task_order)
             if unknown:
                 where = _where(spec, "tasks", e.task_items, e.tasks_listed,
-                               lambda item: any(t not in catalog for t in _ids(item)))
-                out.append(error("eval-task-unknown", f"eval task id(s) {ids_text(unknown)} do not exist: "
-                                 f"{catalog.source or spec.backend} has {len(catalog.ids)} tasks, "
-                                 f"{ids_text(catalog.ids)}", where, f"use ids in {ids_text(catalog.ids)}"))
+                               lambda item: any(t not in catalog for t in expand(spec.keys_of(item), catalog)))
+                exists, hint = catalog.extent(unknown, spec.backend)
+                out.append(error("eval-task-unknown", f"eval task id(s) {ids_text(unknown)} do not exist: {exists}",
+                                 where, hint))
     return out
 
 
@@ -111,7 +113,7 @@ def _init_states(spec: Spec, ctx: Context) -> list[Diagnostic]:
         if n is not None and asked and asked[-1] >= n:
             by_count.setdefault(n, []).append(task)
     if by_count:
-        parts = [f"task{'s' if len(tasks) > 1 else ''} {ids_text(sorted(tasks))} "
+        parts = [f"task{'s' if len(tasks) > 1 else ''} {ids_text(sorted(tasks, key=task_order))} "
                  f"{'have' if len(tasks) > 1 else 'has'} {n} init states (0-{n - 1})"
                  for n, tasks in sorted(by_count.items())]
         least = min(by_count)
@@ -209,8 +211,9 @@ def _held_out(spec: Spec, ctx: Context) -> list[Diagnostic]:
         return []
     written = spec.wrote("eval", "tasks")
     where = PATH + ("tasks",) if written else PATH
-    said = f"every eval task ({ids_text(sorted(set(tasks)))}) is a training task" if written else \
-        f"eval.tasks is left to its default, the training tasks ({ids_text(sorted(set(tasks)))})"
+    named = ids_text(sorted(set(tasks), key=task_order))
+    said = f"every eval task ({named}) is a training task" if written else \
+        f"eval.tasks is left to its default, the training tasks ({named})"
     spare = [t for t in catalog.ids if t not in set(trained)] if catalog is not None else []
     if spare:
         hint = (f"evaluate held-out tasks, which training never runs: e.g. eval.tasks: {_items(spare)} "

@@ -4,8 +4,8 @@ from __future__ import annotations
 from collections import Counter
 
 from topo.compiler.assign import task_list
-from topo.diagnostics import Diagnostic, error, ids_text, warning
-from topo.compiler.spec import Spec, parse_task_item
+from topo.diagnostics import Diagnostic, error, ids_text, task_order, warning
+from topo.compiler.spec import Spec, empty_range
 from topo.compiler.rules.blocks import layout
 from topo.compiler.rules.context import Context
 
@@ -23,10 +23,10 @@ def tasks(spec: Spec, ctx: Context) -> list[Diagnostic]:
     ids = task_list(spec, catalog)
     path = ("assignment", "tasks")
     for i, item in enumerate(spec.task_items):
-        if isinstance(item, str) and item != "all" and not parse_task_item(item):
-            lo, _, hi = (part.strip() for part in item.partition("-"))
+        if (empty := empty_range(item)) is not None:
+            lo, hi, fixed = empty
             out.append(error("task-range-empty", f"task range {item!r} is empty ({lo} > {hi})",
-                             path + (i,) if spec.tasks_listed else path, f"write it {hi}-{lo}"))
+                             path + (i,) if spec.tasks_listed else path, f"write it {fixed}"))
     if not spec.wrote("assignment", "tasks") and catalog is not None:
         out.append(error("tasks-missing", f"backend {spec.backend!r} runs one of its {len(catalog.ids)} tasks in each "
                          "worker, but the spec assigns none", ("assignment",),
@@ -35,16 +35,15 @@ def tasks(spec: Spec, ctx: Context) -> list[Diagnostic]:
         out.append(error("tasks-all-unknown", f"backend {spec.backend!r} has no task catalog, so 'all' means nothing",
                          path, "list the task ids"))
     if spec.tasks is not None:
-        dup = sorted(t for t, n in Counter(spec.tasks).items() if n > 1)
+        dup = sorted((t for t, n in Counter(ids).items() if n > 1), key=task_order)
         if dup:
             out.append(warning("task-duplicate", f"task id(s) {ids_text(dup)} listed more than once: they get more workers",
                                path, "list each task once"))
         if catalog is not None:
-            unknown = sorted({t for t in spec.tasks if t not in catalog})
+            unknown = sorted({t for t in ids if t not in catalog}, key=task_order)
             if unknown:
-                out.append(error("task-unknown", f"task id(s) {ids_text(unknown)} do not exist: {catalog.source or spec.backend} "
-                                 f"has {len(catalog.ids)} tasks, {ids_text(catalog.ids)}", path,
-                                 f"use ids in {ids_text(catalog.ids)}"))
+                exists, hint = catalog.extent(unknown, spec.backend)
+                out.append(error("task-unknown", f"task id(s) {ids_text(unknown)} do not exist: {exists}", path, hint))
     for t in spec.instructions:
         if ids and t not in ids:
             out.append(warning("instruction-unused", f"an instruction is given for task {t}, which no worker runs",
@@ -82,7 +81,8 @@ def init_states(spec: Spec, ctx: Context) -> list[Diagnostic]:
     if catalog is None or not catalog.init_states:
         return []
     ids = [b.task for b in spec.blocks] if spec.blocks else task_list(spec, catalog)
-    short = sorted({t for t in ids if t in catalog.init_states and spec.init_state_id >= catalog.init_states[t]})
+    short = sorted({t for t in ids if t in catalog.init_states and spec.init_state_id >= catalog.init_states[t]},
+                   key=task_order)
     if not short:
         return []
     counts = sorted({catalog.init_states[t] for t in short})

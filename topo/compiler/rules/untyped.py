@@ -8,6 +8,7 @@ from typing import Any
 from topo.diagnostics import Diagnostic, error
 from topo.compiler.limits import MAX_EVAL_EPISODES, MAX_SUBCOLLECTOR_IDS, MAX_TASK_IDS
 from topo.compiler.rules.context import load_backend
+from topo.compiler.spec import split_item
 
 
 def too_many_ids(data: dict) -> list[Diagnostic]:
@@ -38,9 +39,11 @@ def _ids_within(named: list[tuple[tuple, Any]], limit: int, what: str, hint: str
             where = path + (i,) if isinstance(items, list) else path
             if isinstance(item, int) and not isinstance(item, bool):
                 spans.append((1, where, item))
-            elif isinstance(item, str) and item.count("-") == 1 and all(p.strip().isdigit() for p in item.split("-")):
-                lo, hi = (int(part) for part in item.split("-"))
-                spans.append((max(0, hi - lo + 1), where, item))
+            elif isinstance(item, str) and (split := split_item(item)) is not None:
+                rest = split[1]  # a qualified item's range ('libero_90:0-89') counts as its own
+                if rest.count("-") == 1 and all(p.strip().isdigit() for p in rest.split("-")):
+                    lo, hi = (int(part) for part in rest.split("-"))
+                    spans.append((max(0, hi - lo + 1), where, item))
     total = sum(span for span, _, _ in spans)
     if total <= limit:
         return []

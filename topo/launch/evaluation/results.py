@@ -9,7 +9,7 @@ import math
 import os
 from typing import Any
 
-from topo.diagnostics import ids_text
+from topo.diagnostics import ids_text, task_order
 
 Z95 = 1.959963984540054
 
@@ -56,8 +56,21 @@ def summarise(section: dict[str, Any], planned: dict[int, tuple], ended: dict[in
                       "lengths": [e["length"] for e in done]})
     return {"round": round_, "step": step, "policy_version": version, "acting_version": acting_version,
             "seconds": round(seconds, 3), "planned": len(planned), **overall,
-            "held_out": sorted(held_out), "tasks": per_task, "other_weights": wrong, "other_init_states": moved,
-            "episodes_detail": episodes}
+            "held_out": sorted(held_out, key=task_order), "tasks": per_task, **_suites(per_task),
+            "other_weights": wrong, "other_init_states": moved, "episodes_detail": episodes}
+
+
+def _suites(per_task: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{"suites": [...]}``: each suite's rates, where the task ids name suites (``"libero_goal:0"``); {} otherwise."""
+    by_suite: dict[str, list[dict]] = {}
+    for t in per_task:
+        if isinstance(t["task_id"], str):
+            by_suite.setdefault(t["task_id"].partition(":")[0], []).append(t)
+    return {"suites": [_rates({"suite": name, "tasks": len(ts), "episodes": sum(t["episodes"] for t in ts),
+                               "successes": sum(t["successes"] for t in ts),
+                               "lengths": [t["mean_length"] for t in ts for _ in range(t["episodes"])
+                                           if t["mean_length"] is not None]})
+                       for name, ts in by_suite.items()]} if by_suite else {}
 
 
 def _rates(t: dict[str, Any]) -> dict[str, Any]:
@@ -94,12 +107,16 @@ def table(result: dict[str, Any]) -> str:
     head = (f"evaluation {result['round']}" + (f" (step {result['step']})" if result.get("step") is not None else "")
             + f": {result['successes']}/{result['episodes']} episodes succeeded, {_pct(result['success_rate'])} "
             f"[95% CI {_ci(result['ci95'])}], policy version {_version(result)}, {result['seconds']:.1f}s")
-    lines = [head, f"  {'task':>5}  {'held-out':8}  {'episodes':>8}  {'success':>7}  {'rate':>6}  {'95% CI':>11}  "
+    width = max([5] + [len(_text(t["task_id"])) for t in result["tasks"]])
+    lines = [head, f"  {'task':>{width}}  {'held-out':8}  {'episodes':>8}  {'success':>7}  {'rate':>6}  {'95% CI':>11}  "
                    f"{'length':>6}  instruction"]
     for t in result["tasks"]:
-        lines.append(f"  {_text(t['task_id']):>5}  {'yes' if t['held_out'] else 'no':8}  {t['episodes']:>8}  "
+        lines.append(f"  {_text(t['task_id']):>{width}}  {'yes' if t['held_out'] else 'no':8}  {t['episodes']:>8}  "
                      f"{t['successes']:>7}  {_pct(t['success_rate']):>6}  {_ci(t['ci95']):>11}  "
                      f"{_text(t['mean_length']):>6}  {t['instruction'] or ''}")
+    for s in result.get("suites", ()):
+        lines.append(f"  suite {s['suite']}: {s['successes']}/{s['episodes']} episodes over {s['tasks']} task(s), "
+                     f"{_pct(s['success_rate'])} [95% CI {_ci(s['ci95'])}]")
     if result["other_init_states"]:
         lines.append(f"  warning: episodes {ids_text(result['other_init_states'])} started from other init states "
                      "than planned")
