@@ -121,3 +121,14 @@ assert not [m for m in ("torch", "torchrl", "tensordict") if m in sys.modules]
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("at, where", [(None, "in each worker"), ("subcollector", "over each subcollector's ParallelEnv")])
+def test_the_dry_run_prints_the_stack(at, where):
+    from topo.compiler.render import plan_text
+
+    plan = compiled(spec_text(at))
+    assert (f"transforms ({where}): MultiAction(stack_rewards=False) -> SuccessReward() -> StepCounter(max_steps=64)"
+            in plan_text(plan).splitlines())
+    assert json.loads(plan_text(plan, "json"))["env"]["transforms"] == PLANNED
+    assert "transforms" not in plan_text(compiled(HEAD))
