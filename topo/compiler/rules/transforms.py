@@ -46,6 +46,8 @@ def transforms(spec: Spec, ctx: Context) -> list[Diagnostic]:
     stack is placed exists in the collector mode."""
     out = []
     for t in spec.transforms:
+        out += [error("transform-kwarg-name", f"a kwarg's name is text, not {key!r}", _path(t, key),
+                      "quote it, or name the kwarg") for key in t.kwargs if not isinstance(key, str)]
         out += _callable(t) if ":" in t.name else _torchrl(t)
     if spec.transforms_at == "subcollector" and spec.mode == "async":
         out.append(error("transforms-at-async", "async mode runs one AsyncBatchedCollector over every env worker: "
@@ -99,6 +101,8 @@ def _kwargs(t: Transform, params: list[dict[str, Any]], called: str) -> list[Dia
     signature = f"{called}({_signature(params)})"
     out = []
     for key, value in t.kwargs.items():
+        if not isinstance(key, str):
+            continue  # named above
         p = by_name.get(key)
         if p is None:
             if not open_ended:
