@@ -13,7 +13,8 @@ from topo.compiler.spec import Spec, Transform
 from topo.compiler.transform_catalog import catalog
 from topo.diagnostics import Diagnostic, error, warning
 
-CALLABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+_DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+CALLABLE = re.compile(f"^{_DOTTED}:{_DOTTED}$")  # package.module:attribute (dotted: a classmethod, say)
 NAMES = "a class of torchrl.envs.transforms (MultiAction), a named constructor (MultiAction.from_vla), " \
         "or package.module:callable"
 #: annotations said plainly enough to check a JSON value against (``| None`` aside): anything else is not checked
@@ -78,6 +79,10 @@ def _callable(t: Transform) -> list[Diagnostic]:
 
 def _torchrl(t: Transform) -> list[Diagnostic]:
     known = catalog()["transforms"]
+    if t.name.count(".") > 1:
+        last = t.name.rsplit(".", 1)[-1]
+        return [error("transform-unknown", f"{t.name!r} is neither a torchrl transform nor package.module:callable",
+                      _path(t), f"write {last}" if last in known else f"write it {t.name.rsplit('.', 1)[0]}:{last}")]
     cls, _, ctor = t.name.partition(".")
     if cls not in known:
         return [error("transform-unknown", f"torchrl {catalog()['torchrl']} has no transform {cls!r}", _path(t),
