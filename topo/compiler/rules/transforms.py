@@ -19,7 +19,6 @@ NAMES = "a class of torchrl.envs.transforms (MultiAction), a named constructor (
         "or package.module:callable"
 #: annotations said plainly enough to check a JSON value against (``| None`` aside): anything else is not checked
 _JSON_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
-_JSON_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
 
 def item_shapes(data: dict) -> list[Diagnostic]:
@@ -50,7 +49,7 @@ def transforms(spec: Spec, ctx: Context) -> list[Diagnostic]:
         out += [error("transform-kwarg-name", f"a kwarg's name is text, not {key!r}", _path(t, key),
                       "quote it, or name the kwarg") for key in t.kwargs if not isinstance(key, str)]
         out += _callable(t) if ":" in t.name else _torchrl(t)
-    if spec.transforms_at == "subcollector" and spec.mode == "async":
+    if spec.transforms and spec.transforms_at == "subcollector" and spec.mode == "async":
         out.append(error("transforms-at-async", "async mode runs one AsyncBatchedCollector over every env worker: "
                          "there is no subcollector ParallelEnv to wrap", ("env", "transforms_at"),
                          "use transforms_at: worker (each worker's env is wrapped), or collector.mode: multi"))
