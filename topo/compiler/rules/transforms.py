@@ -42,17 +42,13 @@ def item_shapes(data: dict) -> list[Diagnostic]:
 
 
 def transforms(spec: Spec, ctx: Context) -> list[Diagnostic]:
-    """Every transform is one torchrl has (or an importable callable) with kwargs its constructor takes; where the
-    stack is placed exists in the collector mode."""
+    """Every transform is one torchrl has (or an importable callable) with kwargs its constructor takes
+    (``transforms_at: subcollector`` in async mode: :mod:`topo.compiler.rules.async_mode`)."""
     out = []
     for t in spec.transforms:
         out += [error("transform-kwarg-name", f"a kwarg's name is text, not {key!r}", _path(t, key),
                       "quote it, or name the kwarg") for key in t.kwargs if not isinstance(key, str)]
         out += _callable(t) if ":" in t.name else _torchrl(t)
-    if spec.transforms and spec.transforms_at == "subcollector" and spec.mode == "async":
-        out.append(error("transforms-at-async", "async mode runs one AsyncBatchedCollector over every env worker: "
-                         "there is no subcollector ParallelEnv to wrap", ("env", "transforms_at"),
-                         "use transforms_at: worker (each worker's env is wrapped), or collector.mode: multi"))
     if spec.wrote("env", "transforms_at") and not spec.transforms:
         out.append(warning("transforms-at-unused", "transforms_at places env.transforms, and there are none",
                            ("env", "transforms_at"), "remove transforms_at, or add transforms"))
