@@ -22,7 +22,7 @@ GOAL = ["open the middle drawer of the cabinet", "put the bowl on the stove"]
 
 
 def test_the_dry_run_names_each_rows_suite():
-    result = CliRunner().invoke(main, ["plan", str(TWO), "--dry-run"])
+    result = CliRunner().invoke(main, ["plan", str(TWO), "--dry-run"], env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert [line for line in lines if line.split()[:1] in (["0"], ["1"]) and "fixed:0" in line] == [
