@@ -5,6 +5,7 @@
     python examples/train_grpo.py examples/toy_eval.yaml --iterations 80 --lr 1e-2   # evaluated every 20
     python examples/train_grpo.py examples/toy_traced.yaml --episode-steps 8 --report runs/traced   # replayable
     python examples/train_grpo.py examples/toy_eval.yaml --seed 7   # another run: the spec's seeds.base set to 7
+    python examples/train_grpo.py examples/toy_eval.yaml --iterations 80 --lr 1e-2 --seed 101 --save trained.pt
 
 The spec's ``policy`` section names the factory (``topo.policies.tinyvla:make``) and where the copies
 that act run (each subcollector, or one inference server). This script builds its own copy from the
@@ -62,6 +63,7 @@ def main() -> None:
     parser.add_argument("--report", help="keep the run in DIR (summary.json, episodes), as `topo launch --report` does")
     parser.add_argument("--episode-steps", type=int, default=None, help="end each episode after this many steps")
     parser.add_argument("--seed", type=int, default=None, help="the spec's assignment.seeds.base (a spec only)")
+    parser.add_argument("--save", help="write the trained weights here (a state dict: topo eval --weights reads it)")
     args = parser.parse_args()
 
     plan = load(args.spec, args.seed)
@@ -99,6 +101,9 @@ def main() -> None:
                 break
         ended = [e for e in run.episodes() if e.end is not None and e.end["how"] != "closed"]
     print(run.report)
+    if args.save:
+        torch.save(policy.state_dict(), args.save)
+        print(f"weights saved: {args.save}")
     print(f"run digest: {run.digest.hexdigest} ({run.digest.batches} batches); weights {weights.hexdigest()}")
     if args.report and ended:
         worst = min(ended, key=lambda e: e.end["return"])

@@ -40,6 +40,8 @@ FAST = (
     "tests/launch/test_server_slots.py",
     "tests/launch/test_time_breakdown_units.py",
     "tests/launch/test_evaluation_units.py",
+    "tests/launch/test_paired_units.py",
+    "tests/launch/test_certificate_units.py",
     "tests/launch/test_resume_units.py",
     "tests/launch/test_provenance_units.py",
     "tests/launch/test_records_units.py",
@@ -53,6 +55,7 @@ FAST = (
     "tests/bench/test_bench_units.py",
     "tests/estimate/test_estimate_units.py",
     "tests/docs/test_pages.py",
+    "tests/test_durations.py",
     "tests/ray/test_ray_units.py",
     "tests/ray/test_ray_doctor_units.py",
     "tests/ray/test_ray_auth_units.py",
@@ -75,6 +78,70 @@ LONGEST_FIRST = ("tests/ray/test_ray_training.py", "tests/launch/test_restarts.p
                  "tests/launch/test_reproducible.py", "tests/launch/test_recycle.py", "tests/launch/test_chaos_soak.py", "tests/libero/test_libero_build.py",
                  "tests/libero/test_eval_libero.py", "tests/libero/test_train_libero.py",
                  "tests/libero/test_launch_libero.py")  # by their summed durations in a whole-suite run, longest first
+
+
+#: ``scripts/test --durations``: each file's budget in seconds (its tests' setup, call and teardown, summed), the five
+#: longest at their figures in a whole-suite run (2026-12-05, issue 47), any other file :data:`BUDGET_S`; a file past
+#: its budget, and a test past :data:`LONG_TEST_S` without a docstring (to say why), are printed at the end
+BUDGETS_S = {"tests/ray/test_ray_training.py": 400, "tests/launch/test_restarts.py": 400,
+             "tests/launch/test_evaluation.py": 215, "tests/libero/test_libero_options.py": 190,
+             "tests/bench/test_bench.py": 175}
+BUDGET_S = 120
+LONG_TEST_S = 30
+
+
+def budget(path: str) -> float:
+    return BUDGETS_S.get(path, BUDGET_S)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--file-durations", action="store_true",
+                     help="print the slowest files and setups, and each file over its budget (BUDGETS_S)")
+
+
+def pytest_configure(config):
+    if config.getoption("file_durations"):
+        config.pluginmanager.register(Durations(), "topo-file-durations")
+
+
+class Durations:
+    """Sums each file's per-test durations (the reports reach the xdist controller too) and prints them."""
+
+    def __init__(self):
+        self.files: dict[str, float] = {}
+        self.setups: list[tuple[float, str]] = []
+        self.unexplained: list[tuple[float, str]] = []
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        outcome = yield
+        if call.when == "call":  # in the process that ran it: whether its docstring can say why it is long
+            outcome.get_result().user_properties.append(("documented", bool(getattr(item.obj, "__doc__", None))))
+
+    def pytest_runtest_logreport(self, report):
+        path = report.nodeid.split("::")[0]
+        self.files[path] = self.files.get(path, 0.0) + report.duration
+        if report.when == "setup":
+            self.setups.append((report.duration, report.nodeid))
+        elif report.when == "call" and report.duration > LONG_TEST_S:
+            if not dict(report.user_properties).get("documented"):
+                self.unexplained.append((report.duration, report.nodeid))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter):
+        write = terminalreporter.write_line
+        terminalreporter.section("slowest files (setup + call + teardown) and setups")
+        for seconds, name in sorted(((s, f) for f, s in self.files.items()), reverse=True)[:15]:
+            write(f"{seconds:8.1f}s  {name}  (budget {budget(name)}s)")
+        for seconds, name in sorted(self.setups, reverse=True)[:10]:
+            write(f"{seconds:8.1f}s  setup of {name}")
+        over = sorted((s, f) for f, s in self.files.items() if s > budget(f))
+        for seconds, name in over[::-1]:
+            write(f"OVER BUDGET: {name} took {seconds:.1f}s, its budget {budget(name)}s "
+                  "(tests/conftest.py BUDGETS_S)", red=True, bold=True)
+        for seconds, name in sorted(self.unexplained, reverse=True):
+            write(f"LONG, NO DOCSTRING: {name} took {seconds:.1f}s (over {LONG_TEST_S}s: a docstring says why)",
+                  red=True, bold=True)
 
 
 def pytest_collection_modifyitems(config, items):

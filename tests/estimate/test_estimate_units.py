@@ -65,6 +65,20 @@ def test_libero_1x16_is_refused_with_the_arithmetic_and_what_fits():
         24.0, 18.0, 13.5, 36.0, "forkserver-preload")
 
 
+def test_eval_workers_count_beside_training_and_leave_less_for_it():
+    fp, _ = model.probed(LIBERO_PROBE, horizon=64)
+    plan = libero_plan(1, 4, eval={"tasks": "2-3", "init_states": "0-3", "workers": {"subcollectors": 2,
+                                                                                  "workers_per_subcollector": 4}})
+    got = model.check(Layout.of(plan), fp, HOST_20)
+    # 4 + 8 workers; processes: the subcollector and its forkserver, the trainer, the eval process, 2 eval
+    # subcollectors and their forkservers
+    assert got["refusals"] == ["1 x 4 with 8 eval worker(s) needs 12 workers x 1.50 GB + 8 processes x 0.50 GB = "
+                               "22.0 GB; 20.0 GB available on this host (MemAvailable), 18.0 GB usable (90%); this "
+                               "host fits 1 x 1"]  # (18 - 4) // 1.5 = 9 workers, 8 of them eval's
+    alone = model.check(Layout.of(libero_plan(1, 4)), fp, HOST_20)
+    assert alone["refusals"] == [] and alone["nodes"][HOST]["memory"].gb == pytest.approx(4 * 1.5 + 3 * 0.5)
+
+
 def test_libero_1x8_is_accepted_and_its_frames_per_s_are_the_cpus():
     fp, pace = model.probed(LIBERO_PROBE, horizon=64)
     layout = Layout.of(libero_plan(1, 8))
@@ -232,3 +246,18 @@ def test_launch_reads_a_cached_probe_of_the_plan(tmp_path, monkeypatch, fake_pro
     small = CliRunner().invoke(main, ["launch", spec])
     assert isinstance(small.exception, Started)
     assert "4 workers x 1.50 GB + 3 processes x 0.50 GB = 7.5 GB of 18.0 GB usable (90% of 20.0 GB available), from a cached probe" in small.output
+
+
+def test_an_eval_too_big_for_this_host_is_refused_before_anything_starts(tmp_path, monkeypatch, fake_probe):
+    import topo.launch.evaluate
+
+    monkeypatch.setattr(topo.launch.evaluate, "Evaluation", started)
+    data = libero(1, 2, tasks="0-1", init_states={"mode": "cycle"})
+    data["policy"] = {"factory": "topo.policies.tinyvla:make", "kwargs": {"action_dim": 7, "image_size": 64,
+                                                                         "state_dim": 9}}
+    data["eval"] = {"tasks": "2-9", "init_states": "0-1", "workers": {"subcollectors": 2, "workers_per_subcollector": 8}}
+    refused = CliRunner().invoke(main, ["eval", write(tmp_path, data), "--report", str(tmp_path / "report")])
+    assert refused.exit_code == 2, refused.output
+    # its eval rows are the run: 2 eval subcollectors, their forkservers and this process
+    assert "2 x 8 needs 16 workers x 2.00 GB + 5 processes x 0.40 GB = 34.0 GB" in refused.output
+    assert "20.0 GB available on this host" in refused.output and not (tmp_path / "report").exists()

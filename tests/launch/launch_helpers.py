@@ -72,10 +72,10 @@ def launch(*args: Any, env: dict | None = None) -> subprocess.CompletedProcess:
     return guarded(command(*args), env=env or subprocess_env())
 
 
-def guarded(args: list[str], env: dict, timeout: float = HANG_GUARD_S) -> subprocess.CompletedProcess:
+def guarded(args: list[str], env: dict, timeout: float = HANG_GUARD_S, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """``subprocess.run`` (text, captured) that, past ``timeout``, fails the test with where each process of the
     command's tree was (``py-spy dump``) and the tail of what it printed, then ends the tree."""
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

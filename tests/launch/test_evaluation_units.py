@@ -108,9 +108,9 @@ def test_finished_reads_each_episode_of_this_round_at_its_last_step():
     ])
     assert finished(batch, 2) == [
         {"episode": 4, "init_state_applied": 7, "success": True, "length": 2, "return": 1.0, "checksum": 3.25,
-         "acting_version": 2},
+         "acting_version": 2, "episode_id": None},
         {"episode": 5, "init_state_applied": None, "success": False, "length": 3, "return": 0.5, "checksum": 4.0,
-         "acting_version": 2}]
+         "acting_version": 2, "episode_id": None}]
 
 
 @pytest.mark.parametrize("k, n, lo, hi", [(0, 10, 0.0, 0.2775), (10, 10, 0.7225, 1.0), (5, 10, 0.2366, 0.7634),
@@ -135,7 +135,8 @@ def test_summarise_per_task_held_out_and_other_weights():
     assert r["episodes_detail"][3] == {"episode": 3, "task_id": 3, "init_state_id": 1, "trial": 0, "seed": 53,
                                        "subcollector": 0, "worker": 1, "ended": True, "init_state_applied": 1,
                                        "success": True, "length": 2,
-                                       "return": 1.0, "checksum": None, "acting_version": 1}
+                                       "return": 1.0, "checksum": None, "acting_version": 1,
+                                       "episode_id": None}
     text = eval_results.table(r)
     assert text.splitlines()[0] == ("evaluation 1 (step 7): 3/4 episodes succeeded, 75.0% [95% CI 30.1-95.4], "
                                     "policy version 3, 2.0s")

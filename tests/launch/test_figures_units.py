@@ -38,7 +38,8 @@ def test_each_reading_and_each_evaluation_round_is_logged(tmp_path):
                                        (900.0, 899.9, 899.0, 1, 200 * 2**20, 0, 40, 0.1, 0.1, 1)])
     figures.log(NOW + 2)
     logs = tmp_path / "logs"
-    assert scalars(logs, "batches") == [(60, 15.0), (76, 19.0)]  # at step = frames: 4 per subcollector batch
+    # at step = frames (4 per subcollector batch); sync: the collector's batches wait for subcollector 1's sixth
+    assert scalars(logs, "batches") == [(60, 5.0), (76, 5.0)]
     assert scalars(logs, "recycles") == [(60, 1.0), (76, 1.0)] and scalars(logs, "policy_version")[-1] == (76, 4.0)
     assert scalars(logs, "batch_s") == [(76, 1.0)]  # 2 s for two batches of each of the 2 subcollectors
     assert scalars(logs, "frames_per_s")[-1] == (76, 8.0)

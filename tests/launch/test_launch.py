@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -45,6 +46,13 @@ def test_toy_2x3_from_spec_with_a_policy_from_the_command_line(tmp_path):
     assert (s["policy"]["factory"], s["policy"]["trainer_policy"], s["policy"]["updates"]) == (
         "topo.policies.tinyvla:make", False, 0)
     assert [e["policy_versions"] for e in s["first_batch"]] == [None, None]  # no trainer weights: not versioned
+    # `topo top` of the run that ended, named as the demo's user names it (relative, from the report's parent)
+    top = subprocess.run([sys.executable, "-m", "topo", "top", "report", "--once", "--format", "json"],
+                         env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=tmp_path)
+    header = json.loads(top.stdout)["header"]
+    assert (header["running"], header["ok"], header["batches"]) == (False, True, 2), top.stderr
+    ended, launched = (Path(s["run_dir"], name).stat().st_mtime for name in ("summary.json", "launch.json"))
+    assert header["elapsed_s"] == round(ended - launched, 1)  # the run's length, not the time since it began
 
 
 @pytest.mark.slow

@@ -101,7 +101,8 @@ def test_each_worker_gets_its_row_and_state(tmp_path):
     assert [(r["global_index"], r["attention"]) for r in v.attention] == [(1, ["hung"]), (2, ["dead"]),
                                                                          (3, ["drifting", "near a budget"])]
     h = v.header
-    assert (h["batches"], h["frames"], h["recycles"], h["running"], h["policy_version"]) == (15, 60, 1, True, 3)
+    # sync: a collector batch takes one from each subcollector (10 and 5 delivered), each 4 of its 8 frames
+    assert (h["batches"], h["frames"], h["recycles"], h["running"], h["policy_version"]) == (5, 60, 1, True, 3)
     assert h["states"] == {"ready": 1, "stepping": 2, "hung": 1, "recycled": 1, "dead": 1}
 
 
@@ -135,6 +136,53 @@ def test_topo_top_once_as_json_filters_and_sorts(tmp_path):
     assert lines[1].startswith("running") and "6 workers" in lines[1]
     assert "needs attention (2):" in lines and lines[-2].split()[:7] == ["1", "0", "1", HOST, "1", "task", "1"]
     assert lines[-1].split()[7] == "dead"  # the node column: this host, outside Ray
+
+
+def test_a_run_that_ended_is_read_as_ended_through_any_spelling_of_its_path(tmp_path, monkeypatch):
+    """The report names its run directory absolute; ``topo top report`` from the report's parent spells it
+    relative: still the same run, ended at its report's time, with the report's batches."""
+    path = fabricated(tmp_path)
+    report = {"ok": True, "run_dir": path, "batches": {"count": 7}}
+    for folder in (path, str(tmp_path)):
+        with open(os.path.join(folder, "summary.json"), "w") as f:
+            json.dump(report, f)
+        os.utime(os.path.join(folder, "summary.json"), (NOW + 5, NOW + 5))
+    os.utime(os.path.join(path, "launch.json"), (NOW - 100, NOW - 100))
+    monkeypatch.chdir(tmp_path.parent)
+    for spelled in (os.path.join(tmp_path.name, "topo-run-fab"), os.path.join(tmp_path.name, "topo-run-fab", "")):
+        h = view(Reader(spelled).read(NOW + 60)).header
+        assert (h["running"], h["ok"], h["elapsed_s"], h["batches"]) == (False, True, 105.0, 7)
+
+
+def test_a_worker_that_closes_and_exits_while_it_is_read_is_closed_not_dead(tmp_path, monkeypatch):
+    """The worker writes 'closed', then exits, after top read the markers and before it probed the pid: the close
+    is read after the probe, so a process found gone without one is dead, never one that just closed."""
+    import topo.runtime.live as live
+
+    path = fabricated(tmp_path)
+    probe = live.running
+
+    def closing(pid):  # subcollector 0's w0 and w1 (pid: this process) close and exit as they are probed
+        if pid == os.getpid():
+            for w in (0, 1):
+                marker(RunDir(path), "closed", 0, w, 999.0, pid, seconds=0.1)
+            return False
+        return probe(pid)
+
+    monkeypatch.setattr(live, "running", closing)
+    v = view(Reader(path).read(NOW))
+    assert [(r["worker"], r["state"]) for r in v.rows[:3]] == [(0, "closed"), (1, "closed"), (2, "dead")]
+
+
+def test_a_ray_nodes_workers_are_judged_by_their_pulled_records_not_by_their_pids(tmp_path):
+    """A Ray node's records reach the run directory every few seconds (placement.run_dir: per_node): a worker that
+    closed and exited is not yet closed here. Its pid tells nothing; its node's actor names a dead worker."""
+    path = fabricated(tmp_path)
+    for run_dir, state in (("per_node", "ready"), ("shared", "dead")):  # shared: written here as it happens
+        with open(os.path.join(path, "launch.json"), "w") as f:
+            json.dump({"plan": {**PLAN, "placement": {"engine": "ray", "run_dir": run_dir}}}, f)
+        v = view(Reader(path).read(NOW))
+        assert (v.rows[2]["worker"], v.rows[2]["state"]) == (2, state)  # its pid is gone, no close here yet
 
 
 def test_topo_top_names_a_missing_run(tmp_path):

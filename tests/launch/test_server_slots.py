@@ -6,6 +6,7 @@ import pickle
 
 import pytest
 import torch
+import yaml
 from tensordict import NonTensorStack, TensorDict
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
@@ -14,6 +15,7 @@ from topo.launch import policy as placement
 from topo.launch import server_slots
 from topo.policies.tinyvla import make
 
+from tests.compiler.compiler_helpers import EXAMPLES
 from tests.launch.launch_helpers import toy_spec, user_spec, write
 
 TINYVLA = ("topo.policies.tinyvla:make", {"action_dim": 4, "image_size": 16, "state_dim": 8})
@@ -37,6 +39,18 @@ def test_a_toy_plan_lays_out_its_slots_from_the_backend_declaration(tmp_path):
                         ("language_instruction",): ((), "str")}
     spec = server_slots.request_spec(lay)
     assert spec["observation", "image"].shape == (2, 3, 16, 16) and spec["language_instruction"].shape == (2, 256)
+
+
+def test_a_libero_plan_lays_out_its_slots_too_unless_proprio_keys_choose_its_state(tmp_path):
+    """The README's claim: the server's slots wherever the backend declares its layout, LIBERO's (the demo's) too."""
+    spec = yaml.safe_load((EXAMPLES / "libero_cpu.yaml").read_text())
+    lay, why = server_slots.layout(plan_of(tmp_path, spec))
+    assert why == "" and lay.keys == {("observation", "image"): ((3, 64, 64), "uint8"),
+                                      ("observation", "state"): ((9,), "float32"),
+                                      ("language_instruction",): ((), "str")}
+    spec["env"]["kwargs"]["proprio_keys"] = ["robot0_eef_pos"]
+    lay, why = server_slots.layout(plan_of(tmp_path, spec))
+    assert lay is None and why == "backend 'libero' declares no observation layout (Backend.observation_layout)"
 
 
 def test_without_a_declared_layout_or_with_unequal_subcollectors_the_manager_stays_and_says_why(tmp_path):

@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--stop-at", type=int, default=None,
                         help="SIGSTOP env worker 0 of subcollector 1 after this iteration (a hang)")
     parser.add_argument("--record-actions", action="store_true", help="launch.record_actions: true")
+    parser.add_argument("--hold", default=None, help="after the first batch, wait until this file exists")
     parser.add_argument("--max-frames-per-traj", type=int, default=None, help="the collector's episode length bound")
     parser.add_argument("--torchrl-without-restarts", action="store_true",
                         help="run as on a torchrl that lacks the names restarts need (topo.launch.boundary)")
@@ -121,6 +122,8 @@ def main() -> None:
                      restarts=[(r["subcollector"], r["outcome"]) for r in run.restarts], memory=run.worker_memory(),
                      episodes=sorted({(int(e), int(v)) for e, v in zip(flat["topo_episode"].reshape(-1).tolist(),
                                                                        flat["policy_version"].reshape(-1).tolist())}))
+                while args.hold and i == 0 and not os.path.exists(args.hold):  # a test looks at the running run
+                    time.sleep(0.1)
                 if args.then == "raise":
                     raise TrainingStepFailed("the training step failed")
                 if args.then == "kill-worker" and i == 0:

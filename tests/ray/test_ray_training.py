@@ -83,24 +83,31 @@ def node_dirs(run_dir: str) -> list[str]:
     return sorted(glob.glob(os.path.join(tempfile.gettempdir(), NODE_RUNS, os.path.basename(run_dir) + "-*")))
 
 
+def look(report: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "topo", "top", str(report), "--once", "--format", "json"],
+                          capture_output=True, text=True, env={**ENV, "PYTHONPATH": str(ROOT)}, timeout=HANG_GUARD_S)
+
+
 @pytest.fixture(scope="module")
 def training(cluster, tmp_path_factory):
     """The shared run: its events, its summary, and the node run directories as they stood once it was ready."""
     tmp = tmp_path_factory.mktemp("ray-training")
-    proc = start_trainer(tmp, cluster.address, "train", "--record-actions")
+    proc = start_trainer(tmp, cluster.address, "train", "--record-actions", "--hold", str(tmp / "looked"))
     events, seen, top = [], {}, None
     try:
         for event in events_of(proc.stdout):
             events.append(event)
             if event["event"] == "ready":
                 seen = {d: sorted(str(p.relative_to(d)) for p in Path(d).rglob("*.json")) for d in node_dirs(event["run_dir"])}
-            # a live view, from another process, of the running topology; taken again at the next batch while it
-            # shows a worker starting: a node's records reach the trainer every PULL_EVERY_S, so a worker whose
-            # 'started' marker came in one pull shows as starting until its 'constructed' marker comes in the next
-            if event["event"] == "batch" and (top is None or '"state": "starting"' in top.stdout):
-                top = subprocess.run([sys.executable, "-m", "topo", "top", str(tmp / "train"), "--once", "--format",
-                                      "json"], capture_output=True, text=True, env={**ENV, "PYTHONPATH": str(ROOT)},
-                                     timeout=HANG_GUARD_S)
+            # a live view, from another process, while the trainer holds at its first batch (the run lives on: no
+            # view races its end); taken again while it shows a worker starting: a node's records reach the trainer
+            # every PULL_EVERY_S, so a worker whose 'started' marker came in one pull starts until the next
+            if event["event"] == "batch" and top is None:
+                deadline = time.monotonic() + HANG_GUARD_S
+                top = look(tmp / "train")
+                while '"state": "starting"' in top.stdout and time.monotonic() < deadline:
+                    top = look(tmp / "train")
+                (tmp / "looked").touch()
         proc.wait(HANG_GUARD_S)
     finally:
         if proc.poll() is None:
@@ -135,8 +142,9 @@ def test_actors_run_on_the_nodes_the_plan_put_them(training):
 
 
 def test_topo_top_shows_the_workers_of_both_nodes_while_the_run_lives(training):
-    """``topo top --once`` from another process while the run collects: a row per worker, each naming the node
-    its actor runs on (both nodes share this host: the node id tells them apart)."""
+    """``topo top --once`` from another process while the run lives (its trainer holds at its first batch): a row
+    per worker, each naming the node its actor runs on (both nodes share this host: the node id tells them apart),
+    each built and not dead."""
     top = training["top"]
     assert top.returncode == 0, top.stderr
     shown = json.loads(top.stdout)

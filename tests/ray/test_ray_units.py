@@ -94,6 +94,28 @@ def test_a_node_sends_an_episode_file_s_new_bytes_only(tmp_path, monkeypatch):
     assert again["episodes/w0.r0.jsonl"] == (b"retained-0123456789", 0)
 
 
+def test_a_node_sends_a_beats_file_each_time_as_its_mtime_lags_the_writes_through_its_map(tmp_path):
+    """A worker stamps its beats slot through a memory map: the file's mtime, size and inode stay as the trainer
+    knows them (until the kernel writes the page back) while its steps and times change."""
+    import mmap
+
+    from topo.launch.ray.node import NodeCollector
+    from topo.runtime import heartbeat
+
+    node = NodeCollector.__new__(NodeCollector)
+    node._topo_run_dir = str(tmp_path)
+    beats = tmp_path / heartbeat.path("", 0, 0)
+    beats.parent.mkdir()
+    beats.write_bytes(b"\0" * 16)
+    st = beats.stat()
+    known = {str(beats.relative_to(tmp_path)): (st.st_mtime_ns, st.st_size, st.st_ino)}
+    with open(beats, "r+b") as f, mmap.mmap(f.fileno(), 0) as stamped:
+        stamped[:4] = b"step"
+    os.utime(beats, ns=(st.st_atime_ns, st.st_mtime_ns))  # as a write through a map leaves it, for a while
+    sent = {rel: content for rel, _, _, content, _, _ in node.topo_files(known)}
+    assert sent == {"beats/sub0.r0.bin": b"step" + b"\0" * 12}
+
+
 def spec(tmp_path, **placement) -> str:
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump({

@@ -16,6 +16,7 @@ an episode's result at its last step.
 """
 from __future__ import annotations
 
+import json
 from typing import Any, Callable, Mapping
 
 import torch
@@ -41,10 +42,11 @@ class ScheduledEnv(EnvBase):
         self._envs = dict(schedule["envs"])
         self._max_steps = schedule.get("max_episode_steps")
         self._build, self._round_of = build, round_of
-        task = self._episodes[0]["task_id"]
-        inner = build(self._envs[str(task)])
+        key = json.dumps(self._episodes[0]["task_id"]) if self._episodes else next(iter(self._envs))
+        inner, task = build(self._envs[key]), json.loads(key)  # a row without episodes idles in its first task's env
         super().__init__(batch_size=inner.batch_size, device=inner.device)
         self.inner, self._task = inner, task
+        self.topo_render_device = getattr(inner, "topo_render_device", None)  # what the worker's marker reports
         self.full_observation_spec = self.inner.full_observation_spec.clone()
         for key, dtype in FIELDS.items():
             self.full_observation_spec[key] = Unbounded(shape=(1,), dtype=dtype, device=self.device)
@@ -75,7 +77,7 @@ class ScheduledEnv(EnvBase):
         if task == self._task:
             return
         self.inner.close()
-        self.inner = self._build(self._envs[str(task)])
+        self.inner = self._build(self._envs[json.dumps(task)])
         self._task = task
         self.rebuilds += 1
 

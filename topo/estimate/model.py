@@ -5,6 +5,7 @@ workers x one worker's peak (its VmHWM after the probe's steps) + processes x on
 torchrl.envs imported, no env): each subcollector and, when workers start with forkserver, its forkserver
 (multi mode), the inference server (``policy.placement: server``, or async mode with a policy), the trainer
 (this host) + policy copies x the policy's parameter bytes (each subcollector's, the server's, the trainer's).
+A plan with an eval section adds its eval workers, eval subcollectors and eval process (they run beside training).
 Over :data:`USABLE` of the node's available memory (this host's MemAvailable; under Ray, a declared node's
 ``memory_gb``), the plan is refused; what fits keeps the subcollectors and lowers the workers per subcollector.
 
@@ -159,13 +160,14 @@ class Layout:
     cap: int | None = None  # launch.max_concurrent_starts
     policy_device: str | None = None
     render_gpus: tuple[tuple[int, int], ...] = ()  # (render GPU, workers rendering there)
+    eval_workers: tuple[tuple[str, int], ...] = ()  # (node, workers) per eval subcollector: beside the training's
 
     @classmethod
     def of(cls, plan: Mapping[str, Any]) -> "Layout":
         placement = plan.get("placement") or {}
         ray = placement.get("engine") == "ray"
         subs = plan["subcollectors"]
-        nodes = tuple((p.get("node") or UNPLACED) if ray else HOST for p in placement.get("subcollectors") or [{}] * len(subs))
+        nodes = tuple((p.get("node") or UNPLACED) for p in placement["subcollectors"]) if ray else (HOST,) * len(subs)
         policy = plan.get("policy") or {}
         where = policy.get("placement", "subcollector") if policy.get("factory") else None
         async_mode = (plan.get("collector") or {}).get("mode") == "async"
@@ -176,7 +178,8 @@ class Layout:
                    plan["collector"]["frames_per_batch"], plan["launch"].get("max_concurrent_starts"),
                    policy.get("device") if where else None,
                    tuple(sorted(Counter(w["render_gpu"] for s in subs for w in s["workers"]
-                                        if w["render_gpu"] is not None).items())))
+                                        if w["render_gpu"] is not None).items())),
+                   eval_layout(plan))
 
     @property
     def shape(self) -> str:
@@ -191,6 +194,15 @@ class Layout:
 
     def on(self, node: str) -> list[int]:
         return [c for c, n in enumerate(self.nodes) if n == node]
+
+
+def eval_layout(plan: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """(node, workers) of each eval subcollector of a training plan: its eval process runs them beside training (on
+    this host; under Ray, each where ``placement.default`` puts it)."""
+    subs = (plan.get("eval") or {}).get("subcollectors") or []
+    placement = plan.get("placement") or {}
+    node = ((placement.get("default") or {}).get("node") or UNPLACED) if placement.get("engine") == "ray" else HOST
+    return tuple((node, s["num_workers"]) for s in subs)
 
 
 def launch_mode(plan: Mapping[str, Any]) -> str:
@@ -217,7 +229,13 @@ def memory(layout: Layout, fp: Footprint, node: str) -> Memory:
         processes, policies = processes + 1, policies + 1
     if node == HOST:  # the trainer, and its copy of the policy
         processes, policies = processes + 1, policies + (1 if layout.policy else 0)
-    return Memory(sum(layout.workers[c] for c in subs), fp.worker_gb, processes, fp.process_gb, policies, fp.policy_gb)
+    evals = [n for where, n in layout.eval_workers if where == node]
+    if layout.eval_workers and node == HOST:  # the eval process, and its copy
+        processes, policies = processes + 1, policies + (1 if layout.policy else 0)
+    processes += len(evals) * (2 if layout.forkserver else 1)
+    policies += len(evals) if layout.policy == "subcollector" else 0
+    return Memory(sum(layout.workers[c] for c in subs) + sum(evals), fp.worker_gb, processes, fp.process_gb, policies,
+                  fp.policy_gb)
 
 
 @dataclass(frozen=True)
@@ -240,14 +258,15 @@ def check(layout: Layout, fp: Footprint, budgets: Mapping[str, Budget]) -> dict[
                  "cores": budget and budget.cores, "fits": None}
         if budget is not None and budget.available_gb is not None:
             usable = USABLE * budget.available_gb
-            per = need.workers_fitting(usable) // len(subs) if subs else None
+            evals = sum(n for where, n in layout.eval_workers if where == name)
+            per = max(0, need.workers_fitting(usable) - evals) // len(subs) if subs else None
             entry["fits"], entry["usable_gb"] = need.gb <= usable, round(usable, 2)
             entry["fits_per_subcollector"] = per
             if not entry["fits"]:
                 what = (f"{name} fits {len(subs)} x {per}" if per else
                         f"not even {len(subs)} x 1 fits on {name}: fewer subcollectors, or a bigger node") if subs else \
                     f"{name} runs no worker"
-                refusals.append(f"{_shape(layout, subs)} needs {need.terms()} = {need.gb:.1f} GB; "
+                refusals.append(f"{_shape(layout, subs, name)} needs {need.terms()} = {need.gb:.1f} GB; "
                                 f"{budget.available_gb:.1f} GB available on {name} ({budget.source}), "
                                 f"{usable:.1f} GB usable ({USABLE:.0%}); {what}")
         if budget is not None and need.workers > OVERSUBSCRIBED * budget.cores:
@@ -258,11 +277,12 @@ def check(layout: Layout, fp: Footprint, budgets: Mapping[str, Budget]) -> dict[
     return {"nodes": nodes, "refusals": refusals, "warnings": warnings}
 
 
-def _shape(layout: Layout, subs: list[int]) -> str:
+def _shape(layout: Layout, subs: list[int], node: str) -> str:
     counts = [layout.workers[c] for c in subs]
-    if not counts:
-        return "the trainer"
-    return f"{len(counts)} x {counts[0]}" if len(set(counts)) == 1 else "+".join(map(str, counts))
+    evals = sum(n for where, n in layout.eval_workers if where == node)
+    shape = ("the trainer" if not counts else f"{len(counts)} x {counts[0]}" if len(set(counts)) == 1
+             else "+".join(map(str, counts)))
+    return shape + (f" with {evals} eval worker(s)" if evals else "")
 
 
 def ready(layout: Layout, pace: Pace, budgets: Mapping[str, Budget]) -> dict[str, Any]:

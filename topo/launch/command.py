@@ -12,6 +12,10 @@ Importing this module imports neither torch nor torchrl.
 """
 from __future__ import annotations
 
+import functools
+import os
+import sys
+
 import click
 
 
@@ -76,45 +80,128 @@ def launch(source, batches, policy_factory, report_dir, quiet, startup_timeout, 
             click.echo(str(run.report))
 
 
-@click.command("eval")
+class _Eval(click.Group):
+    """``topo eval SPEC|PLAN``: the default command (``run``); ``topo eval verify CERT``: a certificate re-run."""
+
+    def parse_args(self, ctx, args):
+        if not args or args[0] not in self.commands:
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group("eval", cls=_Eval, add_help_option=False,
+             context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+def evaluate():
+    """Evaluate a policy on a plan's eval rows (`topo eval SPEC|PLAN --help`); re-run a certificate's episodes
+    (`topo eval verify CERT`)."""
+
+
+@evaluate.command("run")
 @click.argument("source", type=click.Path(exists=True, dir_okay=False))
 @click.option("--policy", "policy_factory", metavar="MODULE:CALLABLE",
               help="Policy factory, called in each eval subcollector; overrides the spec's.")
 @click.option("--weights", type=click.Path(exists=True, dir_okay=False),
               help="A checkpoint to evaluate (torch.save of a state dict or TensorDict); default: the factory's.")
+@click.option("--against", type=click.Path(exists=True, dir_okay=False),
+              help="A second checkpoint, run on the identical episodes: both rates, their difference with its "
+                   "interval, the discordant pairs and the exact McNemar p.")
+@click.option("--detect", type=click.FloatRange(min=0, max=1, min_open=True),
+              help="With --against: the paired episodes a difference this size needs (5 % two-sided, 80 % power), "
+                   "and whether this run had them.")
 @click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
               help="Evaluate this many times (the same weights: a determinism check).")
 @click.option("--report", "report_dir", type=click.Path(file_okay=False),
               help="Write DIR/eval/round-NNN.json, DIR/eval/results.json and the run's DIR/summary.json.")
+@click.option("--certificate", "certificate_path", type=click.Path(dir_okay=False),
+              help="Where the certificate goes (`topo eval verify` re-runs it) [default: DIR/certificate.json with "
+                   "--report, else ./certificate.json].")
 @click.option("--quiet", is_flag=True, help="No progress and no run summary; the results table only.")
 @click.option("--startup-timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds; overrides the plan.")
 @click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Template variable of a spec.")
 @click.option("--spec", "spec_path", type=click.Path(exists=True, dir_okay=False),
               help="The spec a saved plan came from (refuse the plan if it changed).")
 @click.option("--allow-edited-plan", is_flag=True, help="Run a saved plan changed after topo wrote it.")
-def evaluate(source, policy_factory, weights, rounds, report_dir, quiet, startup_timeout, assignments, spec_path,
-             allow_edited_plan):
-    """Evaluate a policy on SOURCE's eval rows: every (task, init state) its trials, per-task success."""
+def run_eval(source, policy_factory, weights, against, detect, rounds, report_dir, certificate_path, quiet,
+             startup_timeout, assignments, spec_path, allow_edited_plan):
+    """Evaluate a policy on SOURCE's eval rows: every (task, init state) its trials, per-task success; with
+    --against, two checkpoints on the same episodes. Writes a certificate (`topo eval verify CERT`)."""
+    from topo.errors import UsageError
+
+    if against and rounds != 1:
+        raise UsageError("--against runs each checkpoint once: leave --rounds out")
+    if detect is not None and not against:
+        raise UsageError("--detect sizes a paired comparison: give --against B.pt too")
+    from topo.compiler.load import parse_assignments
+    from topo.compiler import saved as plans
+
+    plan = plans.resolve(source, parse_assignments(assignments), spec_path, allow_edited=allow_edited_plan,
+                         quiet=quiet)
+    path = certificate_path or os.path.join(report_dir or ".", "certificate.json")
+    checkpoints = [weights] + ([against] if against else [None] * (rounds - 1))
+    runs = _evaluate(plan, checkpoints, policy_factory=policy_factory, report_dir=report_dir, quiet=quiet,
+                     startup_timeout=startup_timeout)
+    from topo.launch.evaluation import certificate
+
+    certificate.write(path, certificate.make(plan, [(checkpoints[0] if against else weights, runs[0][0])]
+                                             + ([(against, runs[1][0])] if against else []), runs[-1][1]))
+    if against:
+        from topo.launch.evaluation import paired
+
+        comparison = paired.by_group(runs[0][0], runs[1][0], detect)
+        click.echo(paired.table(comparison, weights or "the factory's weights", against))
+        if report_dir:
+            paired.write(os.path.join(report_dir, "eval", "comparison.json"), comparison)
+    click.echo(f"certificate: {path} (re-run it: topo eval verify {path})")
+
+
+def _evaluate(plan, checkpoints, *, policy_factory, report_dir, quiet, startup_timeout):
+    """One round per entry of ``checkpoints`` (a path, or None: the weights before), on one eval run; each
+    checkpoint read and fitted to the policy before any process starts. Returns (result, report) per round."""
     from topo.runtime import gl
 
     gl.hold()
-    evaluation = None
+    import copy
+
+    from topo.estimate.command import launch_check
+    from topo.launch import checkpoint
+    from topo.launch.evaluation import results as eval_results
+    from topo.launch.evaluate import Evaluation, run_plan
+
+    if plan.get("eval"):
+        launch_check(run_plan(plan), quiet=quiet)  # the eval workers' memory, before any process starts
+    evaluation = Evaluation(plan, policy_factory=policy_factory, out_dir=report_dir, report_dir=report_dir,
+                            progress=not quiet, startup_timeout=startup_timeout, process_logs=True)
+    out = []
     try:
-        from topo.compiler.load import parse_assignments
-        from topo.compiler import saved as plans
-
-        plan = plans.resolve(source, parse_assignments(assignments), spec_path, allow_edited=allow_edited_plan,
-                             quiet=quiet)
-        from topo.launch.evaluation import results as eval_results
-        from topo.launch.evaluate import Evaluation
-
-        evaluation = Evaluation(plan, policy_factory=policy_factory, out_dir=report_dir, report_dir=report_dir,
-                                progress=not quiet, startup_timeout=startup_timeout, process_logs=True)
-        if weights:
-            evaluation.policy_weights(weights)  # read as data, and refused, before any process starts
+        for path in checkpoints:  # read as data, and refused, before any process starts
+            if path:
+                checkpoint.into(copy.deepcopy(evaluation.policy), path)
         with evaluation:
-            for _ in range(rounds):
-                click.echo(eval_results.table(evaluation.evaluate()))
+            for path in checkpoints:
+                if path:
+                    evaluation.policy_weights(path)
+                result = evaluation.evaluate()
+                click.echo(eval_results.table(result))
+                out.append(result)
     finally:
-        if evaluation is not None and evaluation.report is not None and not quiet:
+        if evaluation.report is not None and not quiet:
             click.echo(str(evaluation.report))
+    report = evaluation.report.data if evaluation.report is not None else None
+    return [(result, report) for result in out]
+
+
+@evaluate.command("verify")
+@click.argument("cert", type=click.Path(exists=True, dir_okay=False))
+@click.option("--sample", type=click.IntRange(min=1), default=None,
+              help="Re-run N episodes drawn at random from the certificate [default: all].")
+@click.option("--seed", type=int, default=None, help="The draw's seed [default: a new one, printed].")
+@click.option("--quiet", is_flag=True, help="No progress and no run summary.")
+@click.option("--startup-timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds; overrides the plan.")
+def verify(cert, sample, seed, quiet, startup_timeout):
+    """Run episodes of the certificate CERT again here, from the spec and checkpoints it names: per episode,
+    identical or the first field that differs; exit 1 on a difference."""
+    from topo.launch.evaluation import verify as verifying
+
+    if not verifying.verify(cert, sample, seed, quiet=quiet, startup_timeout=startup_timeout,
+                            evaluate=functools.partial(_evaluate, policy_factory=None, report_dir=None)):
+        sys.exit(1)

@@ -28,6 +28,7 @@ import torch
 
 from topo.diagnostics import ids_text
 from topo.errors import LaunchError, UsageError
+from topo.runtime.episodes import KEY as episode_key, episode_id
 from topo.runtime.rundir import RUN_DIR_VAR, start_eval_round
 from topo.launch import checkpoint
 from topo.launch.evaluation import results as eval_results
@@ -175,6 +176,8 @@ def finished(batch, number: int) -> list[dict[str, Any]]:
     fields = {key: nxt.get(key).reshape(-1) for key in FINISHED}
     versions = batch.get("policy_version", None)
     versions = versions.reshape(-1) if versions is not None else None
+    ids = batch.get(episode_key, None)
+    ids = ids.reshape(-1) if ids is not None else None
     mask = done & (fields["eval_round"] == number) & (fields["eval_episode"] >= 0)
     out = []
     for i in mask.nonzero().reshape(-1).tolist():
@@ -183,7 +186,8 @@ def finished(batch, number: int) -> list[dict[str, Any]]:
                     "success": bool(fields["eval_success"][i]),
                     "length": int(fields["eval_length"][i]), "return": float(fields["eval_return"][i]),
                     "checksum": float(fields["eval_checksum"][i]),
-                    "acting_version": int(versions[i]) if versions is not None else None})
+                    "acting_version": int(versions[i]) if versions is not None else None,
+                    "episode_id": episode_id(int(ids[i])) if ids is not None and int(ids[i]) >= 0 else None})
     return out
 
 

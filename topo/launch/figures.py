@@ -3,10 +3,11 @@
 
 A thread in the trainer reads the run directory every ``every_s`` seconds as ``topo top`` does
 (:mod:`topo.runtime.live`: no call into the collector, nothing on its path) and logs, at step = frames collected:
-``topo/frames_per_s``, ``topo/batch_s`` (seconds per subcollector batch), ``topo/batches``, ``topo/restarts``,
-``topo/recycles``, ``topo/rss_mb_mean`` and ``_max``, ``topo/step_rate_mean``, ``topo/workers_attention`` and
-``topo/policy_version``; and once per evaluation round, at its policy version, ``topo/eval/success_rate``,
-its interval (``_ci_low``, ``_ci_high``) and ``topo/eval/task_<id>/success_rate``. A last reading at the end.
+``topo/frames_per_s``, ``topo/batch_s`` (seconds per subcollector batch), ``topo/batches`` (the collector's),
+``topo/restarts``, ``topo/recycles``, ``topo/rss_mb_mean`` and ``_max``, ``topo/step_rate_mean``,
+``topo/workers_attention`` and ``topo/policy_version``; and once per evaluation round, at its policy version,
+``topo/eval/success_rate``, its interval (``_ci_low``, ``_ci_high``) and ``topo/eval/task_<id>/success_rate``. A last
+reading at the end.
 """
 from __future__ import annotations
 
@@ -81,8 +82,9 @@ def scalars(current: View, previous: View | None, subcollectors: int) -> dict[st
     out: dict[str, float | None] = {
         "frames_per_s": h["frames_per_s"], "batches": h["batches"], "restarts": h["restarts"],
         "recycles": h["recycles"], "workers_attention": len(current.attention), "policy_version": h["policy_version"]}
-    if previous is not None and h["batches"] > previous.header["batches"]:
-        out["batch_s"] = (h["at"] - previous.header["at"]) * subcollectors / (h["batches"] - previous.header["batches"])
+    if previous is not None and h["delivered"] > previous.header["delivered"]:
+        out["batch_s"] = (h["at"] - previous.header["at"]) * subcollectors / (h["delivered"] -
+                                                                              previous.header["delivered"])
     rss = [r["rss_mb"] for r in rows if r["rss_mb"] is not None]
     if rss:
         out.update(rss_mb_mean=sum(rss) / len(rss), rss_mb_max=max(rss))

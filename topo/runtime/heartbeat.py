@@ -99,8 +99,11 @@ def resident(status: str = "/proc/self/status") -> tuple[int, int] | None:
     return (found[b"VmRSS"], found[b"VmHWM"]) if len(found) == 2 else None
 
 
+FOLDER = "beats"  # a run directory's beats files: written through memory maps, so their mtime lags their content
+
+
 def path(run_dir: str, subcollector: int, restart: int) -> str:
-    return os.path.join(run_dir, "beats", f"sub{subcollector}.r{restart}.bin")
+    return os.path.join(run_dir, FOLDER, f"sub{subcollector}.r{restart}.bin")
 
 
 class Stamp:

@@ -60,6 +60,7 @@ class Snapshot:
     beats: dict[int, list[tuple]] = field(default_factory=dict)
     lives: dict[str, Life] = field(default_factory=dict)
     alive: set[int] = field(default_factory=set)  # pids of this host's workers found running
+    pulled: bool = False  # the workers' records come from Ray nodes (placement.run_dir: per_node), late
     summary: dict | None = None  # the report, once the run ended
     evaluations: list[dict] = field(default_factory=list)
 
@@ -78,12 +79,10 @@ class Reader:
 
     def read(self, now: float | None = None) -> Snapshot:
         now = time.time() if now is None else now
-        for m in self.run.read_new("markers"):
-            where = m.get("worker")
-            if isinstance(where, dict) and "index" in where:
-                key = (where.get("subcollector", -1), where["index"], m.get("restart", 0))
-                self._workers.setdefault(key, {})[m["name"]] = m
-        snap = Snapshot(self.run.path, self.plan, now, self.launched, workers=self._workers)
+        self._markers()
+        placement = self.plan.get("placement") or {}
+        snap = Snapshot(self.run.path, self.plan, now, self.launched, workers=self._workers,
+                        pulled=placement.get("engine") == "ray" and placement.get("run_dir") == "per_node")
         for record in self.run.read_all("observed"):
             snap.observed[(record.get("subcollector"), record.get("restart", 0))] = record
         snap.events = events.read(self.run)
@@ -93,8 +92,8 @@ class Reader:
         for e in snap.events:
             if e["name"] in ("restart", "recycle"):
                 restarts[e["subcollector"]] = max(restarts.get(e["subcollector"], 0), e["restart"])
-        for name in os.listdir(os.path.join(self.run.path, "beats")) if os.path.isdir(
-                os.path.join(self.run.path, "beats")) else []:
+        beats = os.path.join(self.run.path, heartbeat.FOLDER)
+        for name in os.listdir(beats) if os.path.isdir(beats) else []:
             found = _BEATS.match(name)
             if found:
                 restarts[int(found[1])] = max(restarts.get(int(found[1]), 0), int(found[2]))
@@ -110,11 +109,19 @@ class Reader:
                 if life is not None:
                     snap.lives[life] = self._life(life)
                 started = self._workers.get((sub["index"], row["index"], k), {}).get("started")
-                if started and started.get("host", HOST) == HOST and running(started["pid"]):
+                if started and started.get("host", HOST) == HOST and not snap.pulled and running(started["pid"]):
                     snap.alive.add(started["pid"])
+        self._markers()  # a worker writes 'closed' before it exits: one found gone has its close read by now
         snap.summary = _summary(self.run.path, self.launched)
         snap.evaluations = _rounds(self.run.path)
         return snap
+
+    def _markers(self) -> None:
+        for m in self.run.read_new("markers"):
+            where = m.get("worker")
+            if isinstance(where, dict) and "index" in where:
+                key = (where.get("subcollector", -1), where["index"], m.get("restart", 0))
+                self._workers.setdefault(key, {})[m["name"]] = m
 
     def _life(self, life: str) -> Life:
         state = self._lives.setdefault(life, Life())
@@ -209,10 +216,12 @@ def _row(snap: Snapshot, row: dict, c: int, w: int, k: int, markers: dict, slot:
          hung_after: float, ended: bool) -> dict[str, Any]:
     started, constructed = markers.get("started"), markers.get("constructed")
     pid = started["pid"] if started else None
-    local = started is not None and started.get("host", HOST) == HOST
+    # gone without a close is dead where the close, written before the exit, is here first: not for a Ray node's
+    # records, pulled every few seconds (its actor names its dead workers; a close comes after the exit)
+    probed = started is not None and started.get("host", HOST) == HOST and not snap.pulled
     begun, done, _, _, rss, _, steps, mean, baseline, resets = slot if slot else (0.0, 0.0, 0, 0, 0, 0, 0, 0.0, 0.0, 0)
     last = max(begun, done)
-    if markers.get("failed") or (constructed and local and pid not in snap.alive and not markers.get("closed")
+    if markers.get("failed") or (constructed and probed and pid not in snap.alive and not markers.get("closed")
                                  and not ended):
         state = "dead"
     elif markers.get("closed") or (ended and constructed):
@@ -276,24 +285,30 @@ def _last_event(found: list[dict], c: int) -> dict | None:
 def _header(snap: Snapshot, rows: list[dict], previous: View | None) -> dict[str, Any]:
     plan, n = snap.plan, len(snap.plan["subcollectors"])
     collector = plan.get("collector") or {}
-    per_batch = collector.get("frames_per_batch", 0) // n if collector.get("sync", True) else \
-        collector.get("frames_per_batch", 0)
-    batches = sum(r.get("batches", 0) for r in snap.observed.values())
+    sync = collector.get("sync", True)
+    per_batch = collector.get("frames_per_batch", 0) // n if sync else collector.get("frames_per_batch", 0)
+    delivered = {sub["index"]: 0 for sub in plan["subcollectors"]}  # each subcollector's batches, all its starts
+    for (c, _), r in snap.observed.items():
+        delivered[c] = delivered.get(c, 0) + r.get("batches", 0)
+    frames = sum(delivered.values()) * per_batch
+    summary = snap.summary
+    # the collector's batches: the report's count once it ended, else one from every subcollector (sync) or any one
+    batches = ((summary or {}).get("batches") or {}).get("count") or \
+        (min(delivered.values(), default=0) if sync else sum(delivered.values()))
     firsts = [r["first_time"] for r in snap.observed.values() if r.get("first_time")]
-    frames = batches * per_batch
     if previous and snap.at > previous.header["at"]:
         fps = (frames - previous.header["frames"]) / (snap.at - previous.header["at"])
     else:
         fps = frames / (snap.at - min(firsts)) if firsts and snap.at > min(firsts) else None
     states = {s: sum(1 for r in rows if r["state"] == s) for s in STATES}
     versions = [v for r in snap.observed.values() for v in r.get("policy_versions") or []]
-    summary = snap.summary
     last_eval = snap.evaluations[-1] if snap.evaluations else None
     return {"run_dir": snap.run_dir, "name": plan.get("name"), "at": snap.at,
             "running": summary is None, "ok": summary.get("ok") if summary else None,
             "error": (summary.get("error") or {}).get("message") if summary else None,
-            "elapsed_s": round(snap.at - snap.launched, 1), "workers": len(rows),
-            "states": {s: v for s, v in states.items() if v}, "batches": batches, "frames": frames,
+            "elapsed_s": round((summary["ended_at"] if summary else snap.at) - snap.launched, 1), "workers": len(rows),
+            "states": {s: v for s, v in states.items() if v}, "batches": batches,
+            "delivered": sum(delivered.values()), "frames": frames,
             "frames_per_s": round(fps, 1) if fps is not None else None,
             "policy_version": max(versions) if versions else None,
             "restarts": sum(1 for e in snap.events if e["name"] == "restart"),
@@ -337,14 +352,16 @@ def running(pid: int) -> bool:
 
 
 def _summary(run_dir: str, launched: float) -> dict | None:
-    """The run's report, once written: in the run directory, or in the report directory holding it."""
+    """The run's report, once written (``ended_at``: its file's time): in the run directory, or in the report
+    directory holding it; the run it names is this one, however either path is spelled."""
     for path in (os.path.join(run_dir, "summary.json"), os.path.join(os.path.dirname(run_dir), "summary.json")):
         try:
-            if os.path.getmtime(path) >= launched:
+            ended = os.path.getmtime(path)
+            if ended >= launched:
                 with open(path) as f:
                     found = json.load(f)
-                if found.get("run_dir") in (None, run_dir):
-                    return found
+                if found.get("run_dir") is None or os.path.samefile(found["run_dir"], run_dir):
+                    return {**found, "ended_at": ended}
         except (OSError, ValueError):
             continue
     return None

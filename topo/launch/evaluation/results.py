@@ -36,7 +36,7 @@ def summarise(section: dict[str, Any], planned: dict[int, tuple], ended: dict[in
         row = {**{k: plan_episode.get(k) for k in ("episode", "task_id", "init_state_id", "trial", "seed")},
                "subcollector": sub, "worker": worker, "ended": seen is not None,
                **({k: seen.get(k) for k in ("init_state_applied", "success", "length", "return", "checksum",
-                                           "acting_version")}
+                                           "acting_version", "episode_id")}
                   if seen else {})}
         episodes.append(row)
         task = tasks.setdefault(plan_episode.get("task_id"), {

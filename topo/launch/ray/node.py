@@ -141,7 +141,9 @@ class NodeCollector(Collector):
         """The files of this node's run directory that ``known`` (relative path -> (mtime_ns, size, inode), what the
         trainer holds) lacks or holds older, as (relative path, mtime_ns, size, content, offset, inode): an append-only
         record (:func:`~.ray_records.appended`) that grew in place sends only its new bytes, from ``offset``; any other
-        file, or one rewritten since (another inode: retention), whole (offset 0). ``remove``: then delete the directory (the run is over on this node).
+        file, or one rewritten since (another inode: retention), whole (offset 0), and every beats file (small; its
+        mtime moves only when the kernel writes its pages back). ``remove``: then delete the directory (the run is
+        over on this node).
         Stateless here: an answer the trainer never read loses nothing."""
         out = []
         for folder, _, files in os.walk(self._topo_run_dir):
@@ -153,7 +155,8 @@ class NodeCollector(Collector):
                 try:
                     st = os.stat(path)
                     had = tuple(known.get(rel, (0, 0, 0)))
-                    if had == (st.st_mtime_ns, st.st_size, st.st_ino):
+                    beats = rel.startswith(heartbeat.FOLDER + os.sep)  # sent each time: its map's writes move no mtime
+                    if had == (st.st_mtime_ns, st.st_size, st.st_ino) and not beats:
                         continue
                     offset = had[1] if appended(rel) and had[2:] == (st.st_ino,) and 0 < had[1] <= st.st_size else 0
                     with open(path, "rb") as f:
