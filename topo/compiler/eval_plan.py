@@ -129,6 +129,8 @@ def seeds(spec: Spec, n: int) -> list[int]:
         first = spec.total_workers
         return [int(np.random.SeedSequence(base, spawn_key=(first + e,)).generate_state(1, np.uint64)[0]) >> 1
                 for e in range(n)]
+    if strategy == "fixed":  # a protocol's: every episode the same seed
+        return [base] * n
     return [base + e for e in range(n)]
 
 
@@ -188,7 +190,11 @@ def plan_section(spec: Spec, backend: Backend, catalog: TaskCatalog | None,
                                  render_gpu=gpu, render_numbering=numbering, render_fallback=fallback,
                                  worker={**worker, "role": ROLE},
                                  schedule={"envs": envs, "episodes": [dict(ep) for ep in mine],
+<<<<<<< HEAD
                                            "max_episode_steps": e.max_episode_steps}, transforms=carried)
+=======
+                                           "max_episode_steps": _longest(e, row_tasks)})
+>>>>>>> protocol
             row: EvalRow = {**worker, "role": ROLE, "tasks": row_tasks, "episodes": [dict(ep) for ep in mine],
                             "render_gpu": gpu, "render_numbering": numbering, "kwargs": block}
             rows.append(row)
@@ -208,6 +214,8 @@ def plan_section(spec: Spec, backend: Backend, catalog: TaskCatalog | None,
         "busy_policy": e.busy_policy,
         "exploration": e.exploration,
         "policy": e.policy,
+        **({"protocol": {key: e.protocol[key] for key in ("name", "suites", "narrowed", "horizons", "env_kwargs", "seed",
+                                                        "source")}} if e.protocol else {}),
         "seeds": {"strategy": strategy, "base": base},
         "subcollectors": subcollectors,
         "coverage": {
@@ -222,6 +230,12 @@ def plan_section(spec: Spec, backend: Backend, catalog: TaskCatalog | None,
     }
 
 
+def _longest(e: Eval, tasks: list) -> int | None:
+    """The most steps an episode of these tasks runs (a protocol's horizon per suite, or max_episode_steps)."""
+    horizons = [e.horizon(task) for task in tasks]
+    return None if None in horizons else max(horizons, default=None)
+
+
 def _instruction(spec: Spec, backend: Backend, catalog: TaskCatalog | None, task: int | None) -> str | None:
     text = spec.instructions.get(task) if task is not None else None
     return text if text is not None else backend.default_instruction(task, catalog)
@@ -234,8 +248,9 @@ def _builder_input(spec: Spec, backend: Backend, options: dict[str, Any], c: int
     state = first["init_state_id"]
     a = Assignment(c, w, g, first["task_id"], first["instruction"], 0, None, "episode", first["seed"], "fixed",
                    0 if state is None else state, gpu, {})
-    env = backend.env_kwargs(spec.env_kwargs, a)
-    horizon = spec.eval.max_episode_steps if spec.eval is not None else None
+    protocol = spec.eval.protocol if spec.eval is not None else None
+    env = backend.env_kwargs({**spec.env_kwargs, **(protocol["env_kwargs"] if protocol else {})}, a)
+    horizon = spec.eval.horizon(first["task_id"]) if spec.eval is not None else None
     if horizon is not None and backend.horizon_key:
         env[backend.horizon_key] = horizon
     if options:

@@ -184,6 +184,8 @@ def eval_table(plan: dict[str, Any], limit: int | None = None, width: int = 120)
         f"  episodes: {steps}, exploration {ev['exploration']}, policy {ev['policy']}, seeds "
         f"{ev['seeds']['strategy']} from {ev['seeds']['base']}",
     ]
+    if ev.get("protocol"):
+        lines.append("  " + protocol_line(ev["protocol"]))
     columns = EVAL_COLUMNS if ev["seeds"]["strategy"] == "offset" else EVAL_COLUMNS[:-1]
     for sub in ev["subcollectors"]:
         workers = sub["workers"]
@@ -199,6 +201,15 @@ def eval_table(plan: dict[str, Any], limit: int | None = None, width: int = 120)
         lines.append(f"eval subcollector {sub['index']}: {sub['num_workers']} workers, render gpu {gpu}")
         lines += _table(list(columns) + ["tasks"], cells, widths, room, len(workers) - len(shown))
     return "\n".join(lines) + "\n"
+
+
+def protocol_line(p: dict[str, Any]) -> str:
+    """``protocol libero: ...``, and whether it is narrowed."""
+    horizons = ", ".join(f"{suite} {steps}" for suite, steps in p["horizons"].items())
+    settle = ", ".join(f"{key} {value}" for key, value in p["env_kwargs"].items())
+    said = "NARROWED (" + ", ".join(f"{k} {v}" for k, v in p["narrowed"].items()) + "): not comparable with the " \
+        "full protocol's rates" if p["narrowed"] else "full"
+    return f"protocol {p['name']}, {said}: steps per suite {horizons}; {settle}; seed {p['seed']} (from {p['source']})"
 
 
 def _how_many(ev: dict[str, Any]) -> str:

@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Union
 
+from topo.compiler import protocols
+
 START_METHODS = ("spawn", "forkserver", "fork")
 DEFAULT_STARTUP_TIMEOUT = 900.0
 DEFAULT_WORKER_START = "forkserver"  # with preload: 16-23 % faster to ready than spawn (benchmarks/results/)
@@ -143,6 +145,13 @@ class Eval:
     busy_policy: str = "skip"
     exploration: str = "deterministic"
     policy: str = "copy"
+    protocol: Mapping[str, Any] | None = None  # eval.protocol written out (topo.compiler.protocols.expand)
+
+    def horizon(self, task: Any) -> int | None:
+        """Steps an episode of ``task`` runs at most: its suite's under a protocol, else max_episode_steps."""
+        if self.protocol and isinstance(task, str):
+            return self.protocol["horizons"].get(task.partition(":")[0])
+        return self.max_episode_steps
 
 
 @dataclass(frozen=True)
@@ -304,7 +313,8 @@ def _named_suites(qualified: tuple[tuple[tuple, str], ...]) -> tuple[str, ...]:
 
 
 def from_data(data: Mapping[str, Any]) -> Spec:
-    """Fill defaults. ``data`` must already satisfy the JSON Schema."""
+    """Fill defaults. ``data`` must already satisfy the JSON Schema; an eval protocol is written out first."""
+    data = protocols.expand(data)
     env = data["env"]
     topo = data["topology"]
     assign = data.get("assignment") or {}
@@ -385,7 +395,7 @@ def from_data(data: Mapping[str, Any]) -> Spec:
         policy=Policy(policy["factory"], dict(policy.get("kwargs") or {}), policy.get("placement", "subcollector"),
                       policy.get("device"), policy.get("weight_sync", "shared_mem")) if policy else None,
         placement=_placement(data.get("placement") or {}),
-        eval=_eval(data["eval"], keys) if isinstance(data.get("eval"), dict) else None,
+        eval=_eval(data["eval"], keys, data.get(protocols.KEY)) if isinstance(data.get("eval"), dict) else None,
         transforms=tuple(_transforms(env.get("transforms") or [])),
         transforms_at=env.get("transforms_at", "worker"),
         written=frozenset(_written(data, ())),
@@ -420,7 +430,7 @@ def _placement(data: Mapping[str, Any]) -> Placement:
     )
 
 
-def _eval(data: Mapping[str, Any], keys: Keys) -> Eval:
+def _eval(data: Mapping[str, Any], keys: Keys, protocol: Mapping[str, Any] | None) -> Eval:
     tasks = data.get("tasks")
     states = data.get("init_states")
     workers = data.get("workers")
@@ -448,14 +458,15 @@ def _eval(data: Mapping[str, Any], keys: Keys) -> Eval:
         render_gpus=tuple(gpus) if gpus else None,
         render_numbering=devices.get("numbering", "cuda"),
         render_fallback=devices.get("device_zero_fallback", False),
-        seed_base=seeds.get("base"),
-        seed_strategy=seeds.get("strategy"),
-        max_episode_steps=data.get("max_episode_steps"),
+        seed_base=protocol["seed"] if protocol else seeds.get("base"),
+        seed_strategy="fixed" if protocol else seeds.get("strategy"),
+        max_episode_steps=max(protocol["horizons"].values(), default=None) if protocol else data.get("max_episode_steps"),
         every=data.get("every"),
         run_async=data.get("async", False),
         busy_policy=data.get("busy_policy", "skip"),
         exploration=data.get("exploration", "deterministic"),
         policy=data.get("policy", "copy"),
+        protocol=protocol,
     )
 
 

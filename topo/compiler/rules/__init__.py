@@ -8,6 +8,7 @@ from __future__ import annotations
 from topo.compiler.rules import blocks, groups, launch, placement, policy, render, seeds, tasks, topology, transforms
 from topo.compiler.rules.async_mode import async_mode
 from topo.compiler.rules.eval import evaluation_rules
+from topo.compiler.rules.protocol import protocol
 from topo.compiler.rules.context import Context, context
 
 RULES = [
@@ -25,6 +26,7 @@ RULES = [
     render.render_devices,
     placement.placement,
     evaluation_rules,
+    protocol,
     async_mode,
     transforms.transforms,
 ]

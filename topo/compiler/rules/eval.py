@@ -229,6 +229,8 @@ def _held_out(spec: Spec, ctx: Context) -> list[Diagnostic]:
 
 def _seeds(spec: Spec, total: int) -> list[Diagnostic]:
     e = spec.eval
+    if e.protocol:  # the protocol's seed, as the reference evaluation gives it, whatever training's are
+        return []
     strategy, base = eval_plan.seed_stream(spec)
     path = PATH + ("seeds", "base") if spec.wrote("eval", "seeds", "base") else \
         PATH + ("seeds",) if spec.wrote("eval", "seeds") else PATH
