@@ -190,11 +190,7 @@ def plan_section(spec: Spec, backend: Backend, catalog: TaskCatalog | None,
                                  render_gpu=gpu, render_numbering=numbering, render_fallback=fallback,
                                  worker={**worker, "role": ROLE},
                                  schedule={"envs": envs, "episodes": [dict(ep) for ep in mine],
-<<<<<<< HEAD
-                                           "max_episode_steps": e.max_episode_steps}, transforms=carried)
-=======
-                                           "max_episode_steps": _longest(e, row_tasks)})
->>>>>>> protocol
+                                           "max_episode_steps": _longest(e, row_tasks)}, transforms=carried)
             row: EvalRow = {**worker, "role": ROLE, "tasks": row_tasks, "episodes": [dict(ep) for ep in mine],
                             "render_gpu": gpu, "render_numbering": numbering, "kwargs": block}
             rows.append(row)
