@@ -184,3 +184,24 @@ def test_the_eval_collector_plan_and_budgets():
     assert _batch_bound(plan["eval"]) == 2 + 3 * 11 // 8
     # training 10 + 5 x 3, and the eval run's 10 + 5 x 2 with its teardown stages (18 s)
     assert shutdown_budget(plan, evaluation=False) == 25.0 and shutdown_budget(plan) == 25.0 + 20.0 + 18.0
+
+
+def test_a_protocol_round_is_shaped_as_lerobot_eval_shapes_its_results_and_says_it_is_narrowed():
+    from topo.compiler.protocols import LIBERO
+
+    protocol = {"name": "libero", "suites": ["libero_goal", "libero_10"], "narrowed": {"tasks": 0},
+                "horizons": {"libero_goal": 300, "libero_10": 520}, "env_kwargs": {"settle_steps": 10}, "seed": 7,
+                "source": LIBERO.source}
+    planned = {e: (0, 0, {"episode": e, "task_id": ["libero_goal:0", "libero_10:0"][e // 2], "instruction": "x",
+                          "init_state_id": e % 2, "trial": 0, "seed": 7}) for e in range(4)}
+    ended = {e: {"init_state_applied": e % 2, "success": e != 3, "length": 5, "return": 1.0, "acting_version": 0}
+             for e in range(4)}
+    r = eval_results.summarise({"held_out": [], "protocol": protocol}, planned, ended, round_=1, step=None,
+                               version=None, acting_version=0, seconds=3.0)
+    assert [(t["task_group"], t["task_id"], t["metrics"]["n_episodes"], t["metrics"]["pc_success"])
+            for t in r["per_task"]] == [("libero_goal", 0, 2, 100.0), ("libero_10", 0, 2, 50.0)]
+    assert {g: (m["n_episodes"], m["successes"], m["pc_success"]) for g, m in r["per_group"].items()} == {
+        "libero_goal": (2, 2, 100.0), "libero_10": (2, 1, 50.0)}
+    assert (r["overall"]["n_episodes"], r["overall"]["pc_success"], r["overall"]["eval_s"]) == (4, 75.0, 3.0)
+    assert r["overall"]["ci95_pc"] == [round(100 * x, 2) for x in eval_results.wilson(3, 4)]
+    assert "protocol libero, NARROWED (tasks 0): not comparable" in eval_results.table(r).splitlines()[1]

@@ -30,8 +30,8 @@ from topo.compiler.spec import Eval, Spec
 
 ROLE = "eval"
 
-__all__ = ["MAX_EVAL_EPISODES", "ROLE", "count", "default_workers", "episodes", "eval_tasks", "init_states_of",
-           "plan_section", "seed_stream", "seeds", "split", "training_task_ids", "env_key"]
+__all__ = ["MAX_EVAL_EPISODES", "ROLE", "count", "default_workers", "env_key", "episodes", "eval_tasks", "init_states_of",
+           "key_task", "plan_section", "seed_stream", "seeds", "split", "training_task_ids"]
 
 
 def training_task_ids(spec: Spec, catalog: TaskCatalog | None) -> tuple[int, ...]:
@@ -149,6 +149,11 @@ def env_key(task: int | str | None) -> str:
     """A task's key in a row's ``schedule.envs``: its id as JSON text (``"2"``; ``"null"`` without tasks), a
     multi-suite key as it is (``"libero_goal:0"``)."""
     return task if isinstance(task, str) else json.dumps(task)
+
+
+def key_task(key: str) -> int | str | None:
+    """The task of a ``schedule.envs`` key (:func:`env_key`'s inverse)."""
+    return key if ":" in key else json.loads(key)
 
 
 def plan_section(spec: Spec, backend: Backend, catalog: TaskCatalog | None,

@@ -64,11 +64,16 @@ def recording(plan: Mapping[str, Any]) -> str:
     return "actions" if launch.get("record_actions") else "episodes"
 
 
+#: what a spec's eval section keeps under an eval section put in its place (``eval_override``): where it runs
+KEPT_EVAL = ("workers", "render_gpus", "render_devices", "exploration", "policy", "every", "async", "busy_policy")
+
+
 def resolve(source: Any, variables: Mapping[str, str] | None = None, spec_path: str | None = None, *,
-            allow_edited: bool = False, quiet: bool = False) -> dict:
+            allow_edited: bool = False, quiet: bool = False, eval_override: Mapping[str, Any] | None = None) -> dict:
     """The plan to run: a plan dict (checked), a saved plan (checked, and still fresh), or a spec compiled now.
 
     Compiler warnings and notes go to stderr, as ``topo plan`` prints them (``quiet``: errors only).
+    ``eval_override`` (a spec only): an eval section in place of the spec's, which keeps its :data:`KEPT_EVAL`.
     """
     from topo.compiler import render
     from topo.compiler.load import load
@@ -88,7 +93,11 @@ def resolve(source: Any, variables: Mapping[str, str] | None = None, spec_path: 
     if plan is None:
         if spec_path or allow_edited:
             raise UsageError("--spec and --allow-edited-plan (spec=, allow_edited=) only apply to a saved plan")
-        return compile_source(load(path, variables or {}), on_warnings=say)
+        loaded = load(path, variables or {})
+        if eval_override is not None and isinstance(loaded.data, dict):
+            own = loaded.data.get("eval") if isinstance(loaded.data.get("eval"), dict) else {}
+            loaded.data["eval"] = {**{k: v for k, v in own.items() if k in KEPT_EVAL}, **eval_override}
+        return compile_source(loaded, on_warnings=say)
     if variables:
         raise UsageError("template variables (--set) only apply to a spec: a plan is already rendered")
     if check_fresh(plan, spec_path) is None and not quiet:

@@ -16,13 +16,14 @@ an episode's result at its last step.
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Mapping
 
 import torch
 from tensordict import TensorDictBase
 from torchrl.data import NonTensor, Unbounded
 from torchrl.envs import EnvBase
+
+from topo.compiler.eval_plan import env_key, key_task
 
 FIELDS = {"eval_round": torch.int64, "eval_episode": torch.int64, "eval_init_state": torch.int64,
           "eval_success": torch.bool, "eval_length": torch.int64, "eval_return": torch.float32,
@@ -42,8 +43,8 @@ class ScheduledEnv(EnvBase):
         self._envs = dict(schedule["envs"])
         self._max_steps = schedule.get("max_episode_steps")
         self._build, self._round_of = build, round_of
-        key = json.dumps(self._episodes[0]["task_id"]) if self._episodes else next(iter(self._envs))
-        inner, task = build(self._envs[key]), json.loads(key)  # a row without episodes idles in its first task's env
+        key = env_key(self._episodes[0]["task_id"]) if self._episodes else next(iter(self._envs))
+        inner, task = build(self._envs[key]), key_task(key)  # a row without episodes idles in its first task's env
         super().__init__(batch_size=inner.batch_size, device=inner.device)
         self.inner, self._task = inner, task
         self.topo_render_device = getattr(inner, "topo_render_device", None)  # what the worker's marker reports
@@ -77,7 +78,7 @@ class ScheduledEnv(EnvBase):
         if task == self._task:
             return
         self.inner.close()
-        self.inner = self._build(self._envs[json.dumps(task)])
+        self.inner = self._build(self._envs[env_key(task)])
         self._task = task
         self.rebuilds += 1
 

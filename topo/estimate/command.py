@@ -68,6 +68,30 @@ def predict(layout: Layout, footprint: model.Footprint, pace: model.Pace, budget
             "target": None if target is None else model.target(target, layout, footprint, pace, budgets)}
 
 
+def eval_duration(plan: dict) -> str:
+    """``topo eval`` of a protocol, before it starts: how long its episodes take here at most, from a probe of one
+    of its workers (cached, else measured now, in a child process)."""
+    backend = _backend(plan)
+    first = plan["subcollectors"][0]["workers"][0]
+    bare = {**first, "kwargs": {k: v for k, v in first["kwargs"].items() if k != "schedule"}}  # a worker, not its episodes
+    fields, request = probe_request({**plan, "subcollectors": [{**plan["subcollectors"][0], "workers": [bare]}]},
+                                    backend)
+    result, how = cache.load(fields), "a cached probe of one worker"
+    if result is None:
+        from topo.estimate import probe
+
+        result = {**probe.run(request), "measured_at": time.time()}
+        cache.save(fields, result)
+        how = "a probe of one worker, measured now"
+    _, pace = model.probed(result)
+    section = {"subcollectors": plan["subcollectors"]}
+    d = model.eval_duration(section, pace, os.cpu_count() or 1, backend.horizon_key if backend else None)
+    hours, rest = divmod(round(d["seconds"]), 3600)
+    return (f"expected here: at most {hours} h {rest // 60} min ({d['episodes']} episodes, each to its horizon: "
+            f"{d['steps']} steps over {d['workers']} eval workers on {d['cores']} cores, bound by {d['bound_by']}; "
+            f"from {how}: a step {pace.step_mean * 1000:.0f} ms, a forward {pace.forward * 1000:.0f} ms)")
+
+
 def launch_check(plan: dict, *, force: bool = False, quiet: bool = False) -> None:
     """Before a launch starts anything: its memory on each node, from a cached probe of this plan if there is
     one, else the backend's declared memory per worker (said which); refused (exit 2) unless ``force``."""

@@ -28,6 +28,7 @@ of the plan's launch mode (topo's default: ``forkserver-preload``), max(chain, w
 """
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -374,3 +375,26 @@ def gpu_notes(layout: Layout, fp: Footprint, renders: bool) -> list[str]:
         notes.append(f"render GPU {gpu}: {count} EGL contexts (one per worker rendering there), ~{EGL_TEXTURES_GB} GB "
                      "of textures each for a LIBERO worker (docs/guides/libero.md); not measured here")
     return notes
+
+
+def eval_duration(section: Mapping[str, Any], pace: Pace, cores: int, horizon_key: str | None) -> dict[str, Any]:
+    """An evaluation's wall time at most, here: every planned episode run to its horizon (one that succeeds ends
+    sooner). Each eval worker runs its episodes in turn (steps, a forward each, a reset each); all of them share
+    ``cores``: the longest worker's time, or all their CPU time over the cores, whichever is longer."""
+    rows = [row for sub in section["subcollectors"] for row in sub["workers"]]
+    walls, cpu, steps = [], 0.0, 0
+    for row in rows:
+        schedule = row["kwargs"]["schedule"]
+        wall = 0.0
+        for episode in row["episodes"]:
+            env = schedule["envs"].get(episode["task_id"] if isinstance(episode["task_id"], str)
+                                       else json.dumps(episode["task_id"]), {})
+            n = (env.get(horizon_key) if horizon_key else None) or schedule.get("max_episode_steps") or 0
+            steps += n
+            wall += n * (pace.step_mean + pace.forward) + pace.reset
+            cpu += n * (pace.step_cpu + pace.forward_cpu) + pace.reset_cpu
+        walls.append(wall)
+    longest = max(walls, default=0.0)
+    return {"seconds": max(longest, cpu / max(cores, 1)), "episodes": sum(len(r["episodes"]) for r in rows),
+            "steps": steps, "workers": len(rows), "cores": cores,
+            "bound_by": "cpu" if cpu / max(cores, 1) > longest else "the longest worker"}

@@ -18,6 +18,8 @@ import sys
 
 import click
 
+from topo.compiler.protocols import PROTOCOLS as PROTOCOL_NAMES
+
 
 @click.command("launch")
 @click.argument("source", type=click.Path(exists=True, dir_okay=False))
@@ -108,6 +110,14 @@ def evaluate():
 @click.option("--detect", type=click.FloatRange(min=0, max=1, min_open=True),
               help="With --against: the paired episodes a difference this size needs (5 % two-sided, 80 % power), "
                    "and whether this run had them.")
+@click.option("--protocol", type=click.Choice(sorted(PROTOCOL_NAMES)),
+              help="Evaluate by a named protocol (libero: the four standard suites, every task, all 50 init states "
+                   "once each, the reference's step horizons, settle steps and seed), in place of the spec's eval "
+                   "tasks; its eval workers and render devices stay the spec's.")
+@click.option("--suites", metavar="A,B", help="With --protocol: only these suites (narrowed).")
+@click.option("--tasks", "task_ids", metavar="IDS", help="With --protocol: only these task ids in each suite, e.g. "
+              "0-1 (narrowed).")
+@click.option("--init-states", metavar="IDS", help="With --protocol: only these init states, e.g. 0-4 (narrowed).")
 @click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
               help="Evaluate this many times (the same weights: a determinism check).")
 @click.option("--report", "report_dir", type=click.Path(file_okay=False),
@@ -121,8 +131,8 @@ def evaluate():
 @click.option("--spec", "spec_path", type=click.Path(exists=True, dir_okay=False),
               help="The spec a saved plan came from (refuse the plan if it changed).")
 @click.option("--allow-edited-plan", is_flag=True, help="Run a saved plan changed after topo wrote it.")
-def run_eval(source, policy_factory, weights, against, detect, rounds, report_dir, certificate_path, quiet,
-             startup_timeout, assignments, spec_path, allow_edited_plan):
+def run_eval(source, policy_factory, weights, against, detect, protocol, suites, task_ids, init_states, rounds,
+             report_dir, certificate_path, quiet, startup_timeout, assignments, spec_path, allow_edited_plan):
     """Evaluate a policy on SOURCE's eval rows: every (task, init state) its trials, per-task success; with
     --against, two checkpoints on the same episodes. Writes a certificate (`topo eval verify CERT`)."""
     from topo.errors import UsageError
@@ -134,8 +144,13 @@ def run_eval(source, policy_factory, weights, against, detect, rounds, report_di
     from topo.compiler.load import parse_assignments
     from topo.compiler import saved as plans
 
+    if (suites or task_ids or init_states) and not protocol:
+        raise UsageError("--suites, --tasks and --init-states narrow a protocol: give --protocol too")
+    override = None
+    if protocol:
+        override = _protocol(source, spec_path, allow_edited_plan, protocol, suites, task_ids, init_states)
     plan = plans.resolve(source, parse_assignments(assignments), spec_path, allow_edited=allow_edited_plan,
-                         quiet=quiet)
+                         quiet=quiet, eval_override=override)
     path = certificate_path or os.path.join(report_dir or ".", "certificate.json")
     checkpoints = [weights] + ([against] if against else [None] * (rounds - 1))
     runs = _evaluate(plan, checkpoints, policy_factory=policy_factory, report_dir=report_dir, quiet=quiet,
@@ -143,7 +158,7 @@ def run_eval(source, policy_factory, weights, against, detect, rounds, report_di
     from topo.launch.evaluation import certificate
 
     certificate.write(path, certificate.make(plan, [(checkpoints[0] if against else weights, runs[0][0])]
-                                             + ([(against, runs[1][0])] if against else []), runs[-1][1]))
+                                             + ([(against, runs[1][0])] if against else []), runs[-1][1], override))
     if against:
         from topo.launch.evaluation import paired
 
@@ -152,6 +167,30 @@ def run_eval(source, policy_factory, weights, against, detect, rounds, report_di
         if report_dir:
             paired.write(os.path.join(report_dir, "eval", "comparison.json"), comparison)
     click.echo(f"certificate: {path} (re-run it: topo eval verify {path})")
+
+
+def _protocol(source, spec_path, allow_edited_plan, protocol, suites, task_ids, init_states) -> dict:
+    """The eval section ``--protocol`` puts in place of the spec's: the protocol, narrowed as asked, with the spec's
+    eval workers and render devices."""
+    from topo.compiler.planfile import read
+    from topo.errors import UsageError
+
+    if spec_path or allow_edited_plan or read(source) is not None:
+        raise UsageError("--protocol plans the evaluation anew: give the spec, not a saved plan (or write "
+                         "eval: {protocol: %s} in the spec and plan it)" % protocol)
+    section: dict = {"protocol": protocol}
+    if suites:
+        section["suites"] = [name.strip() for name in suites.split(",") if name.strip()]
+    for key, value in (("tasks", task_ids), ("init_states", init_states)):
+        if value:
+            items = [_item(part) for part in value.split(",") if part.strip()]
+            section[key] = items[0] if len(items) == 1 else items
+    return section
+
+
+def _item(text: str):
+    text = text.strip()
+    return int(text) if text.isdigit() else text
 
 
 def _evaluate(plan, checkpoints, *, policy_factory, report_dir, quiet, startup_timeout):
@@ -169,6 +208,10 @@ def _evaluate(plan, checkpoints, *, policy_factory, report_dir, quiet, startup_t
 
     if plan.get("eval"):
         launch_check(run_plan(plan), quiet=quiet)  # the eval workers' memory, before any process starts
+        if plan["eval"].get("protocol"):
+            from topo.estimate.command import eval_duration
+
+            click.echo(eval_duration(run_plan(plan)), err=True)
     evaluation = Evaluation(plan, policy_factory=policy_factory, out_dir=report_dir, report_dir=report_dir,
                             progress=not quiet, startup_timeout=startup_timeout, process_logs=True)
     out = []

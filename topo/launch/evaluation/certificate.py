@@ -82,12 +82,14 @@ def episode_entry(detail: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def make(plan: Mapping[str, Any], runs: Iterable[tuple[str | None, Mapping[str, Any]]],
-         report: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The certificate of one evaluation: ``runs`` is (checkpoint path or None, its round's result) per checkpoint."""
+         report: Mapping[str, Any] | None, eval_override: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The certificate of one evaluation: ``runs`` is (checkpoint path or None, its round's result) per checkpoint;
+    ``eval_override``: the eval section put in place of the spec's (``topo eval --protocol``), None: the spec's."""
     spec = plan.get("spec") or {}
     body = {
         "format": FORMAT,
-        "spec": {"path": spec.get("path"), "sha256": spec.get("sha256"), "variables": spec.get("variables") or {}},
+        "spec": {"path": spec.get("path"), "sha256": spec.get("sha256"), "variables": spec.get("variables") or {},
+                 "eval": eval_override},
         "plan": {"name": plan.get("name"), "sha256": digest(plan)["sha256"]},
         "policy": {k: (plan.get("policy") or {}).get(k) for k in ("factory", "kwargs")},
         "versions": versions(),

@@ -54,10 +54,28 @@ def summarise(section: dict[str, Any], planned: dict[int, tuple], ended: dict[in
                    and e["init_state_applied"] != e["init_state_id"])
     overall = _rates({"episodes": len(done), "successes": sum(e["success"] for e in done),
                       "lengths": [e["length"] for e in done]})
+    suites = _suites(per_task)
     return {"round": round_, "step": step, "policy_version": version, "acting_version": acting_version,
             "seconds": round(seconds, 3), "planned": len(planned), **overall,
-            "held_out": sorted(held_out, key=task_order), "tasks": per_task, **_suites(per_task),
+            "held_out": sorted(held_out, key=task_order), "tasks": per_task, **suites,
+            **({"protocol": section["protocol"]} if section.get("protocol") else {}),
+            **lerobot(per_task, suites.get("suites", []), overall, seconds),
             "other_weights": wrong, "other_init_states": moved, "episodes_detail": episodes}
+
+
+def lerobot(per_task: list[dict], suites: list[dict], overall: dict, seconds: float) -> dict[str, Any]:
+    """The round as ``lerobot-eval`` shapes its results (``per_task``, ``per_group``, ``overall``; success in
+    percent), with topo's counts and 95 % intervals beside."""
+    def figures(t: dict) -> dict:
+        return {"n_episodes": t["episodes"], "successes": t["successes"],
+                "pc_success": None if t["success_rate"] is None else round(100 * t["success_rate"], 2),
+                "ci95_pc": None if t["ci95"] is None else [round(100 * x, 2) for x in t["ci95"]]}
+
+    tasks = [{"task_group": t["task_id"].partition(":")[0] if isinstance(t["task_id"], str) else None,
+              "task_id": int(t["task_id"].partition(":")[2]) if isinstance(t["task_id"], str) else t["task_id"],
+              "metrics": figures(t)} for t in per_task]
+    return {"per_task": tasks, "per_group": {g["suite"]: figures(g) for g in suites},
+            "overall": {**figures(overall), "eval_s": round(seconds, 3)}}
 
 
 def _suites(per_task: list[dict[str, Any]]) -> dict[str, Any]:
@@ -108,6 +126,10 @@ def table(result: dict[str, Any]) -> str:
             + f": {result['successes']}/{result['episodes']} episodes succeeded, {_pct(result['success_rate'])} "
             f"[95% CI {_ci(result['ci95'])}], policy version {_version(result)}, {result['seconds']:.1f}s")
     width = max([5] + [len(_text(t["task_id"])) for t in result["tasks"]])
+    if result.get("protocol"):
+        from topo.compiler.render import protocol_line
+
+        head += "\n  " + protocol_line(result["protocol"])
     lines = [head, f"  {'task':>{width}}  {'held-out':8}  {'episodes':>8}  {'success':>7}  {'rate':>6}  {'95% CI':>11}  "
                    f"{'length':>6}  instruction"]
     for t in result["tasks"]:

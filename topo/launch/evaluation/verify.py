@@ -70,7 +70,7 @@ def _plan(path: str, cert: dict, quiet: bool) -> dict:
     if found != spec["sha256"]:
         raise RecordError(path, f"a certificate of another spec: {spec['path']} here has sha256 {found[:12]}, the "
                           f"certificate's {spec['sha256'][:12]}", hint="verify with the spec the evaluation ran")
-    plan = plans.resolve(spec["path"], spec.get("variables") or {}, quiet=quiet)
+    plan = plans.resolve(spec["path"], spec.get("variables") or {}, quiet=quiet, eval_override=spec.get("eval"))
     if certificate.digest(plan)["sha256"] != cert["plan"]["sha256"] and not quiet:
         click.echo("note: the plan compiled here differs from the certified one (another topo version?); the "
                    "episodes are compared by their planned task, init state and seed", err=True)
