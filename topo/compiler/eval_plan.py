@@ -171,6 +171,8 @@ def plan_section(spec: Spec, backend: Backend, catalog: TaskCatalog | None,
     listed = [{"episode": i, "task_id": task, "instruction": instruction[task], "init_state_id": state,
                "trial": trial, "seed": seed_of[i]}
               for i, (task, state, trial) in enumerate(episodes(spec, catalog))]
+    if e.variants:
+        _paired_seeds(listed, e.variants)
     sizes = workers_of(spec, catalog, total)
     share = split(total, sum(sizes))
     numbering = e.render_numbering if e.render_gpus else None
@@ -217,6 +219,7 @@ def plan_section(spec: Spec, backend: Backend, catalog: TaskCatalog | None,
         "policy": e.policy,
         **({"protocol": {key: e.protocol[key] for key in ("name", "suites", "narrowed", "horizons", "env_kwargs", "seed",
                                                         "source")}} if e.protocol else {}),
+        **({"variants": dict(e.variants)} if e.variants else {}),
         "seeds": {"strategy": strategy, "base": base},
         "subcollectors": subcollectors,
         "coverage": {
@@ -229,6 +232,16 @@ def plan_section(spec: Spec, backend: Backend, catalog: TaskCatalog | None,
             "per_worker": per_worker,
         },
     }
+
+
+def _paired_seeds(listed: list[dict[str, Any]], variants: dict[str, str]) -> None:
+    """A perturbed suite's episode takes the seed of its base suite's (same task id, init state and trial): the pair
+    differs by the perturbation alone."""
+    seed = {(ep["task_id"], ep["init_state_id"], ep["trial"]): ep["seed"] for ep in listed}
+    for ep in listed:
+        suite, _, rest = str(ep["task_id"]).partition(":")
+        if suite in variants:
+            ep["seed"] = seed.get((f"{variants[suite]}:{rest}", ep["init_state_id"], ep["trial"]), ep["seed"])
 
 
 def _longest(e: Eval, tasks: list) -> int | None:

@@ -50,12 +50,37 @@ FIXED = ("trials", "seeds", "max_episode_steps")  # what a protocol decides
 
 
 def expand(data: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``data`` (schema-valid) with an ``eval: {protocol: ...}`` written out: its tasks suite-qualified, its init
-    states, one trial, and under :data:`KEY` what the eval section has no key for (horizons per suite, the eval
-    workers' kwargs, the seed, what narrows it, what the spec wrote that the protocol fixes)."""
+    """``data`` (schema-valid) with its eval section written out: a protocol's tasks suite-qualified, its init
+    states and one trial; ``variants``' perturbed suites beside each eval suite. Under :data:`KEY`, what the eval
+    section has no key for: the protocol's horizons per suite, eval workers' kwargs, seed, what narrows it and what
+    the spec wrote that it fixes; each variant suite's base suite."""
     section = data.get("eval")
-    if not isinstance(section, dict) or not section.get("protocol"):
+    if not isinstance(section, dict) or not (section.get("protocol") or section.get("variants")):
         return data
+    out, extra = dict(section), {}
+    if section.get("protocol"):
+        out, extra = _protocol(section)
+    default = ((data.get("env") or {}).get("kwargs") or {}).get("task_suite")
+    variants = {}
+    tasks = out.get("tasks", (data.get("assignment") or {}).get("tasks"))  # eval's default: the training tasks
+    if section.get("variants") and tasks is not None:
+        items = tasks if isinstance(tasks, list) else [tasks]
+        perturbed = []
+        for item in items:
+            suite, rest = (item.split(":", 1) if isinstance(item, str) and ":" in item else (default, item))
+            for variant in section["variants"]:
+                variants[f"{suite}_{variant}"] = suite
+                perturbed.append(f"{suite}_{variant}:{rest}")
+        out["tasks"] = [*(f"{default}:{item}" if not (isinstance(item, str) and ":" in item) else item
+                          for item in items), *perturbed]
+    out.pop("variants", None)
+    if extra:
+        extra["horizons"] = {suite: PROTOCOLS[extra["name"]].horizons[base] for suite in [*extra["suites"], *variants]
+                             if (base := base_of(suite, PROTOCOLS[extra["name"]].horizons))}
+    return {**data, "eval": out, KEY: {**extra, "variants": variants}}
+
+
+def _protocol(section: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     p = PROTOCOLS[section["protocol"]]
     suites = list(dict.fromkeys(section.get("suites") or p.suites))
     tasks = section.get("tasks", "all")
@@ -63,13 +88,11 @@ def expand(data: Mapping[str, Any]) -> Mapping[str, Any]:
     narrowed = {key: section[key] for key in ("suites", "tasks", "init_states") if key in section}
     out = {key: value for key, value in section.items() if key not in ("protocol", "suites", *FIXED)}
     out.update(tasks=items, init_states=section.get("init_states", f"0-{p.init_states - 1}"), trials=1)
-    extra = {"name": p.name, "backend": p.backend, "suites": suites, "narrowed": narrowed or None,
-             "horizons": {suite: p.horizons[base] for suite in suites if (base := base_of(suite, p.horizons))},
-             "env_kwargs": dict(p.env_kwargs), "seed": p.seed, "source": p.source,
-             "overridden": [key for key in FIXED if key in section],
-             "qualified": [item for item in (tasks if isinstance(tasks, list) else [tasks])
-                           if isinstance(item, str) and ":" in item]}
-    return {**data, "eval": out, KEY: extra}
+    return out, {"name": p.name, "backend": p.backend, "suites": suites, "narrowed": narrowed or None,
+                 "env_kwargs": dict(p.env_kwargs), "seed": p.seed, "source": p.source,
+                 "overridden": [key for key in FIXED if key in section],
+                 "qualified": [item for item in (tasks if isinstance(tasks, list) else [tasks])
+                               if isinstance(item, str) and ":" in item]}
 
 
 def base_of(suite: str, known: Mapping[str, Any]) -> str | None:

@@ -146,6 +146,7 @@ class Eval:
     exploration: str = "deterministic"
     policy: str = "copy"
     protocol: Mapping[str, Any] | None = None  # eval.protocol written out (topo.compiler.protocols.expand)
+    variants: Mapping[str, str] = field(default_factory=dict)  # eval.variants: each perturbed suite's base suite
 
     def horizon(self, task: Any) -> int | None:
         """Steps an episode of ``task`` runs at most: its suite's under a protocol, else max_episode_steps."""
@@ -430,7 +431,8 @@ def _placement(data: Mapping[str, Any]) -> Placement:
     )
 
 
-def _eval(data: Mapping[str, Any], keys: Keys, protocol: Mapping[str, Any] | None) -> Eval:
+def _eval(data: Mapping[str, Any], keys: Keys, expanded: Mapping[str, Any] | None) -> Eval:
+    protocol = expanded if expanded and expanded.get("name") else None
     tasks = data.get("tasks")
     states = data.get("init_states")
     workers = data.get("workers")
@@ -467,6 +469,7 @@ def _eval(data: Mapping[str, Any], keys: Keys, protocol: Mapping[str, Any] | Non
         exploration=data.get("exploration", "deterministic"),
         policy=data.get("policy", "copy"),
         protocol=protocol,
+        variants=dict((expanded or {}).get("variants") or {}),
     )
 
 

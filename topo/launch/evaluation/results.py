@@ -60,7 +60,28 @@ def summarise(section: dict[str, Any], planned: dict[int, tuple], ended: dict[in
             "held_out": sorted(held_out, key=task_order), "tasks": per_task, **suites,
             **({"protocol": section["protocol"]} if section.get("protocol") else {}),
             **lerobot(per_task, suites.get("suites", []), overall, seconds),
+            **({"robustness": robustness(section["variants"], episodes)} if section.get("variants") else {}),
             "other_weights": wrong, "other_init_states": moved, "episodes_detail": episodes}
+
+
+def robustness(variants: dict[str, str], episodes: list[dict]) -> list[dict[str, Any]]:
+    """Each perturbed suite against the suite it perturbs, paired by (task id, init state, trial): both rates, the
+    drop (the suite's rate less the variant's) with its interval, the discordant pairs, the exact McNemar p
+    (:func:`.paired.compare`)."""
+    from topo.launch.evaluation.paired import compare
+
+    ended = {(e["task_id"], e["init_state_id"], e["trial"]): e for e in episodes if e["ended"]}
+    out = []
+    for variant, base in variants.items():
+        pairs = [(ended[(f"{base}:{task.partition(':')[2]}", state, trial)], e)
+                 for (task, state, trial), e in ended.items() if task.partition(":")[0] == variant
+                 and (f"{base}:{task.partition(':')[2]}", state, trial) in ended]
+        c = compare([bool(a["success"]) for a, _ in pairs], [bool(b["success"]) for _, b in pairs])
+        out.append({"suite": base, "variant": variant, "pairs": c["pairs"], "suite_rate": c["rate_a"],
+                    "variant_rate": c["rate_b"], "drop": c["difference"], "ci95": c["ci95"],
+                    "discordant": {"suite_only": c["discordant"]["a_only"], "variant_only": c["discordant"]["b_only"]},
+                    "mcnemar_p": c["mcnemar_p"]})
+    return out
 
 
 def lerobot(per_task: list[dict], suites: list[dict], overall: dict, seconds: float) -> dict[str, Any]:
@@ -139,6 +160,11 @@ def table(result: dict[str, Any]) -> str:
     for s in result.get("suites", ()):
         lines.append(f"  suite {s['suite']}: {s['successes']}/{s['episodes']} episodes over {s['tasks']} task(s), "
                      f"{_pct(s['success_rate'])} [95% CI {_ci(s['ci95'])}]")
+    for r in result.get("robustness", ()):
+        ci = "-" if r["ci95"] is None else f"{100 * r['ci95'][0]:+.1f}..{100 * r['ci95'][1]:+.1f}"
+        lines.append(f"  robustness {r['variant']}: {_pct(r['variant_rate'])} against {r['suite']}'s "
+                     f"{_pct(r['suite_rate'])} on {r['pairs']} paired episodes: a drop of {_pct(r['drop'])} "
+                     f"[95% CI {ci}], McNemar p {r['mcnemar_p']:.3g}")
     if result["other_init_states"]:
         lines.append(f"  warning: episodes {ids_text(result['other_init_states'])} started from other init states "
                      "than planned")
