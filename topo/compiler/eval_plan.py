@@ -166,6 +166,7 @@ def plan_section(spec: Spec, backend: Backend, catalog: TaskCatalog | None,
     share = split(total, sum(sizes))
     numbering = e.render_numbering if e.render_gpus else None
     fallback = e.render_fallback and numbering == "egl"
+    carried = spec.transform_stack(row=True)
     subcollectors, per_worker = [], []
     g = start = 0
     for c, count_c in enumerate(sizes):
@@ -185,7 +186,7 @@ def plan_section(spec: Spec, backend: Backend, catalog: TaskCatalog | None,
                                  render_gpu=gpu, render_numbering=numbering, render_fallback=fallback,
                                  worker={**worker, "role": ROLE},
                                  schedule={"envs": envs, "episodes": [dict(ep) for ep in mine],
-                                           "max_episode_steps": e.max_episode_steps})
+                                           "max_episode_steps": e.max_episode_steps}, transforms=carried)
             row: EvalRow = {**worker, "role": ROLE, "tasks": row_tasks, "episodes": [dict(ep) for ep in mine],
                             "render_gpu": gpu, "render_numbering": numbering, "kwargs": block}
             rows.append(row)

@@ -59,6 +59,7 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
     numbering = spec.render_numbering if spec.render_gpus else None
     fallback = spec.render_fallback and numbering == "egl"
     options = backend.resolve_options(spec.env_options)
+    stack, carried = spec.transform_stack(), spec.transform_stack(row=True)
     subcollectors = []
     for c, rows in enumerate(assign(spec, backend, catalog)):
         workers = []
@@ -67,7 +68,7 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
             block = kwargs_block(backend=spec.backend, builder=backend.builder,
                                  env=_with_options(backend.env_kwargs(shared, a), options), seed=a.seed,
                                  render_gpu=a.render_gpu, render_numbering=numbering, render_fallback=fallback,
-                                 worker=where)
+                                 worker=where, transforms=carried)
             workers.append(training_row(a, numbering, block))
         gpu = spec.render_gpus[c % len(spec.render_gpus)] if spec.render_gpus else None
         subcollectors.append({"index": c, "num_workers": len(workers), "render_gpu": gpu, "workers": workers})
@@ -76,7 +77,8 @@ def _compile(source: Source, checked: Checked) -> dict[str, Any]:
         "topo_version": __version__,
         "name": spec.name,
         "spec": {"path": source.file, "sha256": source.sha256, "variables": dict(sorted(source.variables.items()))},
-        "env": {"backend": spec.backend, "builder": backend.builder, "kwargs": shared, **_with_options({}, options)},
+        "env": {"backend": spec.backend, "builder": backend.builder, "kwargs": shared, **_with_options({}, options),
+                **({"transforms": stack, "transforms_at": spec.transforms_at} if stack else {})},
         "start_methods": {"subcollectors": spec.start_subcollectors, "workers": spec.start_workers},
         "collector": {"sync": spec.sync, "frames_per_batch": spec.frames_per_batch, "total_frames": spec.total_frames,
                       **({"mode": spec.mode} if spec.mode != "multi" else {})},  # absent: multi (plans stay as they were)

@@ -183,6 +183,8 @@ def _rules(plan: dict) -> list[Diagnostic]:
 
     subs = plan["subcollectors"]
     env = plan["env"]
+    if ("transforms" in env) != ("transforms_at" in env):
+        bad("env.transforms and env.transforms_at come together", "env")
     if len(plan["placement"]["subcollectors"]) != len(subs):
         bad(f"placement lists {len(plan['placement']['subcollectors'])} subcollector(s), the plan has {len(subs)}",
             "placement", "subcollectors")
@@ -202,10 +204,11 @@ def _rules(plan: dict) -> list[Diagnostic]:
                         "index from 0)", *where, key)
             kwargs = row["kwargs"]
             for key, value in (("worker", expected), ("seed", row["seed"]), ("render_gpu", row["render_gpu"]),
-                               ("backend", env["backend"]), ("builder", env["builder"])):
-                if kwargs[key] != value:
-                    bad(f"kwargs.{key} is {kwargs[key]!r} but the {'plan' if key in ('backend', 'builder') else 'row'}"
-                        f" says {value!r}", *where, "kwargs", key)
+                               ("backend", env["backend"]), ("builder", env["builder"]),
+                               ("transforms", row_transforms(env))):
+                if kwargs.get(key) != value:
+                    said = "plan" if key in ("backend", "builder", "transforms") else "row"
+                    bad(f"kwargs.{key} is {kwargs.get(key)!r} but the {said} says {value!r}", *where, "kwargs", key)
             if row["group"] != row["group_id_offset"] // 10**6:
                 bad(f"group {row['group']} does not match group_id_offset {row['group_id_offset']} "
                     f"(group = group_id_offset // 1000000)", *where, "group")
@@ -218,6 +221,11 @@ def _rules(plan: dict) -> list[Diagnostic]:
     if plan.get("eval") is not None:
         _eval_rules(plan["eval"], env, bad)
     return found
+
+
+def row_transforms(env: Mapping[str, Any]) -> list | None:
+    """The transforms each row's kwargs carry: the plan's, when placed in workers."""
+    return env.get("transforms") if env.get("transforms_at") == "worker" else None
 
 
 def _eval_rules(section: dict, env: dict, bad) -> None:
@@ -252,9 +260,10 @@ def _eval_rules(section: dict, env: dict, bad) -> None:
                                      ("seed", row["episodes"][0]["seed"], "row's first episode"),
                                      ("render_gpu", row["render_gpu"], "row"),
                                      ("backend", env["backend"], "plan"), ("builder", env["builder"], "plan"),
-                                     ("env", envs.get(first), f"schedule's env of task {first}")):
-                if kwargs[key] != value:
-                    bad(f"kwargs.{key} is {kwargs[key]!r} but the {said} says {value!r}", *where, "kwargs", key)
+                                     ("env", envs.get(first), f"schedule's env of task {first}"),
+                                     ("transforms", row_transforms(env), "plan")):
+                if kwargs.get(key) != value:
+                    bad(f"kwargs.{key} is {kwargs.get(key)!r} but the {said} says {value!r}", *where, "kwargs", key)
             if schedule["episodes"] != row["episodes"]:
                 bad("kwargs.schedule.episodes are not the row's episodes", *where, "kwargs", "schedule", "episodes")
             if set(envs) != {json.dumps(t) for t in tasks}:

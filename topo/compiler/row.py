@@ -7,6 +7,7 @@ checker; nothing here checks a saved plan (:mod:`topo.compiler.planfile` does).
 """
 from __future__ import annotations
 
+import copy
 from typing import Any, TypedDict
 
 from topo.backends.base import Assignment
@@ -40,9 +41,11 @@ class _KwargsRequired(TypedDict):
 
 class Kwargs(_KwargsRequired, total=False):
     """A row's kwargs block: the worker's ``create_env_kwargs`` entry, passed to :func:`topo.worker.make_env` as is.
-    ``schedule`` (eval rows only): the episodes the row runs and the builder input of each of its tasks."""
+    ``schedule`` (eval rows only): the episodes the row runs and the builder input of each of its tasks;
+    ``transforms`` (``env.transforms_at: worker`` only): the stack the worker wraps its env in."""
 
     schedule: dict[str, Any]
+    transforms: list[dict[str, Any]]
 
 
 class _RowRequired(TypedDict):
@@ -85,12 +88,14 @@ class EvalRow(TypedDict):
 
 def kwargs_block(*, backend: str, builder: str, env: dict[str, Any], seed: int | None, render_gpu: int | None,
                  render_numbering: str | None, render_fallback: bool, worker: Where,
-                 schedule: dict[str, Any] | None = None) -> Kwargs:
-    """A row's kwargs block, in the order a saved plan shows it."""
+                 schedule: dict[str, Any] | None = None, transforms: list[dict[str, Any]] | None = None) -> Kwargs:
+    """A row's kwargs block, in the order a saved plan shows it (``transforms``: a copy of it, when given)."""
     block: Kwargs = {"backend": backend, "builder": builder, "env": env, "seed": seed, "render_gpu": render_gpu,
                      "render_numbering": render_numbering, "render_fallback": render_fallback, "worker": worker}
     if schedule is not None:
         block["schedule"] = schedule
+    if transforms:
+        block["transforms"] = copy.deepcopy(transforms)
     return block
 
 

@@ -38,6 +38,20 @@ class Policy:
 
 
 @dataclass(frozen=True)
+class Transform:
+    """One item of ``env.transforms``: a torchrl transform (``A`` or ``A.ctor``) or a ``module:callable``, its kwargs,
+    and its index in the list as written."""
+
+    name: str
+    kwargs: Mapping[str, Any]
+    index: int
+
+    def plan_entry(self) -> dict[str, Any]:
+        """The item as a plan carries it."""
+        return {"name": self.name, "kwargs": dict(self.kwargs)}
+
+
+@dataclass(frozen=True)
 class Recycle:
     """Health budgets (``launch.recycle``): None leaves one unchecked."""
 
@@ -173,11 +187,20 @@ class Spec:
     mode: str = "multi"  # collector.mode: 'multi' (torchrl's multi collectors) or 'async' (one AsyncBatchedCollector)
     placement: Placement = Placement()
     eval: Eval | None = None  # None: no eval section
+    transforms: tuple[Transform, ...] = ()  # env.transforms, the well-formed items (first applied first)
+    transforms_at: str = "worker"  # 'worker' (in each env worker) or 'subcollector' (over its ParallelEnv)
     written: frozenset[tuple[str, ...]] = frozenset()  # key paths the spec gives a value, down to the third level
 
     def wrote(self, *path: str) -> bool:
         """Whether the spec gives this key a value (not null), rather than leaving it to its default."""
         return path in self.written
+
+    def transform_stack(self, row: bool = False) -> list[dict[str, Any]] | None:
+        """``env.transforms`` as a plan carries it (None without transforms); ``row``: as each worker row's kwargs carry
+        it (None unless the stack is placed in workers)."""
+        if not self.transforms or (row and self.transforms_at != "worker"):
+            return None
+        return [t.plan_entry() for t in self.transforms]
 
     @property
     def total_workers(self) -> int:
@@ -285,8 +308,21 @@ def from_data(data: Mapping[str, Any]) -> Spec:
                       policy.get("device"), policy.get("weight_sync", "shared_mem")) if policy else None,
         placement=_placement(data.get("placement") or {}),
         eval=_eval(data["eval"]) if isinstance(data.get("eval"), dict) else None,
+        transforms=tuple(_transforms(env.get("transforms") or [])),
+        transforms_at=env.get("transforms_at", "worker"),
         written=frozenset(_written(data, ())),
     )
+
+
+def _transforms(items: list) -> Iterator[Transform]:
+    """The items that name one transform: a name, or a mapping of one name to its kwargs (a mapping or null)."""
+    for i, item in enumerate(items):
+        if isinstance(item, str) and item:
+            yield Transform(item, {}, i)
+        elif isinstance(item, dict) and len(item) == 1:
+            (name, kwargs), = item.items()
+            if isinstance(name, str) and name and isinstance(kwargs, (dict, type(None))):
+                yield Transform(name, dict(kwargs or {}), i)
 
 
 def _placement(data: Mapping[str, Any]) -> Placement:
