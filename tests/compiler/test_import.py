@@ -8,6 +8,7 @@ Expectations come from the recipe's own formulas written out here on the config'
 from __future__ import annotations
 
 import copy
+import re
 from collections import Counter
 
 import pytest
@@ -248,15 +249,15 @@ def test_the_4x80_example_is_the_committed_config_imported(tmp_path):
 def test_every_key_is_written_defaulted_or_named(tmp_path):
     result = run_import(write_config(tmp_path))
     spec = result.stdout
-    written = {line.split("# ", 1)[1].split(" ")[0].rstrip(":") for line in spec.splitlines()
-               if not line.startswith("#") and "# " in line}
+    written = {key for line in spec.splitlines() if not line.startswith("#") and "# " in line
+               for key in re.findall(r"\b[a-z_]+\.[a-z_]+\b", line.split("# ", 1)[1])}
     closing = spec[spec.index("# Read from the config"):]
     cfg = yaml.safe_load(COMMITTED)
     for section, body in cfg.items():
         for key in body:
             dotted = f"{section}.{key}"
             assert dotted in written or dotted in closing, dotted
-    assert "spec written to stdout: 21 value(s)" in result.stderr and "5 equal to topo's defaults" in result.stderr
+    assert "spec written to stdout: 23 value(s)" in result.stderr and "5 equal to topo's defaults" in result.stderr
     assert "not expressed: 20 policy keys: the policy" in result.stderr
     assert "not expressed: logger.eval_backend: where the recipe's Evaluator runs" in result.stderr
     assert "eval_num_envs" not in result.stderr and "eval_render_gpu_ids" not in result.stderr  # both written
@@ -473,3 +474,24 @@ assert not heavy, heavy
 
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+# --- the recipe's chunk-decision stack: env.chunk_size and env.max_outer_steps expressed as env.transforms ---
+
+def test_the_recipes_transform_stack_is_written_in_each_worker(tmp_path):
+    cfg, plan = imported_plan(tmp_path, "env.max_outer_steps=32")
+    stack = [{"name": "MultiAction", "kwargs": {"stack_rewards": False}}, {"name": "SuccessReward", "kwargs": {}},
+             {"name": "StepCounter", "kwargs": {"max_steps": 32}}]
+    assert (plan["env"]["transforms"], plan["env"]["transforms_at"]) == (stack, "worker")
+    assert all(row["kwargs"]["transforms"] == stack for row in rows(plan))
+    result = run_import(write_config(tmp_path))
+    assert "chunk_size" not in result.stderr and "max_outer_steps" not in result.stderr.split("not expressed", 1)[1]
+    assert "differs from the recipe: env.transforms: policy.mode is 'tokens'" in result.stderr
+    assert "GripperPostProcessTransform" in result.stderr and "ActionTokenizerTransform" in result.stderr
+
+
+def test_openvla_l1_decodes_in_the_policy_and_multiaction_reads_its_chunk(tmp_path):
+    _, plan = imported_plan(tmp_path, "policy.mode=l1")
+    assert plan["env"]["transforms"][0] == {"name": "MultiAction.from_vla", "kwargs": {"stack_rewards": False}}
+    result = run_import(write_config(tmp_path), "--set", "policy.mode=l1")
+    assert "policy.mode is" not in result.stderr

@@ -87,3 +87,48 @@ def test_a_row_whose_stack_is_not_the_plans_is_refused(edit, where):
     with pytest.raises(SpecError) as caught:
         check_plan(plan, allow_edited=True)
     assert where in [d.dotted_path for d in caught.value.diagnostics]
+
+
+def test_a_constructor_taking_any_kwargs_is_not_second_guessed():
+    from topo.compiler.validate import validate
+
+    text = spec_text().replace("    - SuccessReward\n", "    - MultiAction.from_vla: {stack_rewards: false, chunk_key: c}\n"
+                                                       "    - SuccessReward:\n")
+    assert validate(parse(text, "toy.yaml")).diagnostics == []
+
+
+def test_a_callable_is_listed_with_the_code_the_plan_names():
+    from topo.compiler.imports import callables
+
+    plan = compiled(spec_text().replace("    - SuccessReward\n", "    - topo.envs.toy:build: {n: 1}\n"))
+    assert callables(plan)["topo.envs.toy:build"] == "env builder"  # listed once, under its first role
+    plan = compiled(spec_text().replace("    - SuccessReward\n", "    - topo.worker:make_env\n"))
+    assert callables(plan)["topo.worker:make_env"] == "env transform"
+
+
+def test_validating_and_planning_a_stack_imports_no_torch(tmp_path):
+    import subprocess
+    import sys
+
+    spec = tmp_path / "stack.yaml"
+    spec.write_text(spec_text())
+    code = f"""
+import sys, topo
+plan = topo.load({str(spec)!r})
+plan.dry_run()
+assert not [m for m in ("torch", "torchrl", "tensordict") if m in sys.modules]
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("at, where", [(None, "in each worker"), ("subcollector", "over each subcollector's ParallelEnv")])
+def test_the_dry_run_prints_the_stack(at, where):
+    from topo.compiler.render import plan_text
+
+    plan = compiled(spec_text(at))
+    assert (f"transforms ({where}): MultiAction(stack_rewards=False) -> SuccessReward() -> StepCounter(max_steps=64)"
+            in plan_text(plan).splitlines())
+    assert json.loads(plan_text(plan, "json"))["env"]["transforms"] == PLANNED
+    assert "transforms" not in plan_text(compiled(HEAD))

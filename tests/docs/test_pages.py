@@ -52,6 +52,8 @@ MINIMAL = {"version": 1, "env": {"backend": "toy"}, "topology": {"subcollectors"
 FILLED = {
     "name": lambda s: s.name,
     "env.kwargs": lambda s: s.env_kwargs,
+    "env.transforms": lambda s: list(s.transforms),
+    "env.transforms_at": lambda s: s.transforms_at,
     "topology.start_method.subcollectors": lambda s: s.start_subcollectors,
     "topology.start_method.workers": lambda s: s.start_workers,
     "topology.start_method.preload": lambda s: s.preload,

@@ -1,6 +1,6 @@
 """The code a plan names: each ``module:callable`` that launching it imports and calls, read from the plan alone.
 
-A spec names callables by design (an env backend's builder, a user factory, a policy factory), as Hydra's
+A spec names callables by design (an env backend's builder, a user factory, an env transform, a policy factory), as Hydra's
 ``_target_`` does; launching its plan imports those modules in the trainer and the workers. ``topo plan``
 and ``topo launch`` of a saved plan list them (:func:`describe`) before anything runs. Imports nothing.
 """
@@ -34,6 +34,8 @@ def callables(plan: Mapping[str, Any]) -> dict[str, str]:
     env = plan.get("env")
     if isinstance(env, dict):
         add(env.get("builder"), "env builder")
+        for item in env.get("transforms") or []:
+            add(item.get("name") if isinstance(item, dict) else None, "env transform")
     sections = [plan.get("subcollectors"), (plan.get("eval") or {}).get("subcollectors")]
     for subs in sections:
         for sub in subs if isinstance(subs, list) else []:

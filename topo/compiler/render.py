@@ -48,6 +48,8 @@ def table(plan: dict[str, Any], limit: int | None = None, width: int = 120) -> s
         where = "one inference server" if policy["placement"] == "server" or plan["collector"].get("mode") == "async" \
             else f"each subcollector, weights by {policy['weight_sync']}"
         lines.append(f"policy {policy['factory']}({_kwargs(policy['kwargs'])}) in {where}, device {policy['device'] or 'cpu'}")
+    if plan["env"].get("transforms"):
+        lines.append(transforms_text(plan["env"]))
     recycle = plan["launch"].get("recycle")
     if recycle:
         lines.append(recycle_text(recycle))
@@ -64,6 +66,12 @@ def table(plan: dict[str, Any], limit: int | None = None, width: int = 120) -> s
         lines += _table([title for title, _ in COLUMNS[:-1]] + ["instruction"], cells, widths, room,
                         len(workers) - len(shown))
     return "\n".join(lines) + "\n"
+
+
+def transforms_text(env: dict[str, Any]) -> str:
+    """The dry-run's line on the stack: ``transforms (in each worker): MultiAction(stack_rewards=False) -> ...``."""
+    where = "in each worker" if env["transforms_at"] == "worker" else "over each subcollector's ParallelEnv"
+    return f"transforms ({where}): " + " -> ".join(f"{t['name']}({_kwargs(t['kwargs'])})" for t in env["transforms"])
 
 
 def recycle_text(recycle: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ from topo.backends import Backend, TaskCatalog
 from topo.diagnostics import Diagnostic, error, sort_key
 from topo.compiler.load import Source
 from topo.compiler.rules import RULES, context
+from topo.compiler.rules.transforms import item_shapes
 from topo.compiler.rules.untyped import backend_alone, not_json, too_many_ids
 from topo.compiler.spec import Spec, from_data
 
@@ -40,7 +41,7 @@ def validate(source: Source) -> Checked:
     if isinstance(source.data, dict):
         repaired = _without(_respelt(source.data, found), [d.path for d in found if not d.suggestion])
         too_wide = too_many_ids(repaired)
-        found += too_wide
+        found += too_wide + item_shapes(source.data)
         if not too_wide and not schema.check(repaired):
             spec = from_data(repaired)
             ctx, said = context(spec)

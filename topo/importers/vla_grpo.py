@@ -27,8 +27,6 @@ INIT_STATE_MODES = ("random", "cycle", "fixed")
 #: env and collector keys the recipe reads that a spec does not express, with why
 LEFT_OUT = {
     ("env", "num_envs"): "the recipe's standalone make_env path (training runs num_collectors x envs_per_collector)",
-    ("env", "chunk_size"): "the chunk-decision transform the recipe puts over each env",
-    ("env", "max_outer_steps"): "the chunk-decision transform the recipe puts over each env",
     **{("env", key): "ToyVLAEnv's (env.backend toy), unused with libero"
        for key in ("action_dim", "state_dim", "image_shape", "render_size", "success_steps", "success_tol")},
     **{("collector", key): "the training loop's replay target and cadence"
@@ -144,6 +142,11 @@ def convert(config: Config, name: str) -> Imported:
         entries.append((("env", "kwargs", "env_kwargs"), v["env_kwargs"], o(("env", "env_kwargs"))))
     else:
         r.default(("env", "env_kwargs"), v["env_kwargs"], "no robosuite kwargs")
+    stack, token_path = _transforms(config, v)
+    entries.append((("env", "transforms"), stack, o(("env", "chunk_size"), f": {v['chunk']} env steps per decision, "
+                                                     "the policy's chunk, which MultiAction unbinds; ")
+                    + o(("env", "max_outer_steps"), ": StepCounter's max_steps (decisions); in each worker, as the "
+                        "recipe's collector wraps its envs")))
     if v["wrist"]:
         entries.append((("env", "kwargs", "wrist_camera"), "robot0_eye_in_hand",
                         o(("policy", "use_wrist_image"), ": true")))
@@ -174,6 +177,7 @@ def convert(config: Config, name: str) -> Imported:
     ]
     evaluation, differs = _eval(r, v)
     entries += evaluation
+    differs += token_path
     left_out, unknown = _account(config, r.used)
     header = [f"Written by `topo import vla-grpo {name}` from torchrl's vla_grpo recipe config: each value names "
               "the key it came from. Its plan is the recipe's assignment, worker for worker "
@@ -208,6 +212,8 @@ def _read(r: _Reader) -> dict[str, Any]:
         "ids": r.get(("env", "render_gpu_ids"), lambda x: x is None or x == [] or _ints(x), "a list of ids or null"),
         "env_kwargs": r.get(("env", "env_kwargs"), lambda x: x is None or isinstance(x, dict), "a mapping or null"),
         "max_steps": r.get(("env", "max_env_steps"), _positive, "a positive integer"),
+        "chunk": r.get(("env", "chunk_size"), _positive, "a positive integer"),
+        "outer": r.get(("env", "max_outer_steps"), _positive, "a positive integer"),
         "mode": r.get(("env", "train_init_state_mode"), lambda x: x in INIT_STATE_MODES, " or ".join(INIT_STATE_MODES)),
         "state_id": r.get(("env", "train_init_state_id"), lambda x: _is_int(x) and x >= 0, "an init state id",
                           required=False, default=0),
@@ -239,6 +245,29 @@ def _read(r: _Reader) -> dict[str, Any]:
     if r.errors:
         raise SpecError([r.config.locate(d) for d in r.errors])
     return v
+
+
+def _transforms(config: Config, v: dict[str, Any]) -> tuple[list, list[str]]:
+    """The recipe's chunk-decision stack (utils.py ``_chunk_transform``), and what of it a spec cannot hold.
+
+    The recipe's collector wraps each worker's env in it (``_make_collector_env``: a ParallelEnv of
+    ``TransformedEnv`` workers), so the spec keeps ``transforms_at``'s default, ``worker``. With the policy's
+    tokens decoded in the env (every policy but OpenVLA's ``mode: l1``), the recipe puts its token path after
+    ``MultiAction``: OpenVLA's gripper post-process, then ``ActionTokenizerTransform(tokenizer)``, whose
+    tokenizer is an object the policy gives (its checkpoint's codec, or a uniform one), no spec value: the
+    spec writes the rest of the stack, and says so. The policy keys are read here, not accounted for: the
+    policy stays "not expressed".
+    """
+    backend, mode = _get(config.data, ("policy", "backend"))[0], _get(config.data, ("policy", "mode"))[0]
+    tail = ["SuccessReward", {"StepCounter": {"max_steps": v["outer"]}}]
+    if backend == "openvla" and mode == "l1":
+        return [{"MultiAction.from_vla": {"stack_rewards": False}}] + tail, []
+    gripper = "OpenVLA's GripperPostProcessTransform (openvla.py), then " if backend == "openvla" else ""
+    return [{"MultiAction": {"stack_rewards": False}}] + tail, [
+        f"env.transforms: policy.mode is {mode!r}: the recipe decodes the policy's action tokens in each env, "
+        f"with {gripper}ActionTokenizerTransform(tokenizer) after MultiAction; the tokenizer is the policy's object, "
+        "not spec data, so the spec leaves both out: decode in the policy, or add a package.module:callable "
+        "building them"]
 
 
 def _render(r: _Reader, gl: str | None, ids: list[int] | None, fallback: bool) -> tuple[list, list[Diagnostic]]:

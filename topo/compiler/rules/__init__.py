@@ -5,7 +5,7 @@ and its catalog, which :func:`context` resolves first.
 """
 from __future__ import annotations
 
-from topo.compiler.rules import blocks, groups, launch, placement, policy, render, seeds, tasks, topology
+from topo.compiler.rules import blocks, groups, launch, placement, policy, render, seeds, tasks, topology, transforms
 from topo.compiler.rules.async_mode import async_mode
 from topo.compiler.rules.eval import evaluation_rules
 from topo.compiler.rules.context import Context, context
@@ -26,6 +26,7 @@ RULES = [
     placement.placement,
     evaluation_rules,
     async_mode,
+    transforms.transforms,
 ]
 
 __all__ = ["RULES", "Context", "context"]

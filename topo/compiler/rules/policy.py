@@ -8,6 +8,14 @@ from topo.compiler.spec import Spec
 from topo.compiler.rules.context import Context
 
 
+def importable(module: str) -> bool:
+    """Whether ``module`` can be imported here (its parent packages are imported to find it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def policy(spec: Spec, ctx: Context) -> list[Diagnostic]:
     """The policy factory can be imported here; its options fit its placement."""
     p = spec.policy
@@ -15,11 +23,7 @@ def policy(spec: Spec, ctx: Context) -> list[Diagnostic]:
         return []
     out = []
     module = p.factory.partition(":")[0]
-    try:
-        found = importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
+    if not importable(module):
         out.append(error("policy-factory-not-found", f"module {module!r} of policy factory {p.factory!r} is not importable",
                          ("policy", "factory"), "put its folder on PYTHONPATH, or install its package"))
     if p.placement == "server" and spec.wrote("policy", "weight_sync"):

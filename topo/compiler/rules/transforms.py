@@ -1,0 +1,168 @@
+"""Rules on ``env.transforms``: each item names one transform torchrl has (or a ``module:callable``), with kwargs
+its constructor takes, checked against the catalogue (:mod:`topo.compiler.transform_catalog`) without torch."""
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from typing import Any
+
+from topo.compiler.rules.context import Context
+from topo.compiler.rules.policy import importable
+from topo.compiler.spec import Spec, Transform
+from topo.compiler.transform_catalog import catalog
+from topo.diagnostics import Diagnostic, error, warning
+
+CALLABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+NAMES = "a class of torchrl.envs.transforms (MultiAction), a named constructor (MultiAction.from_vla), " \
+        "or package.module:callable"
+#: annotations said plainly enough to check a JSON value against (``| None`` aside): anything else is not checked
+_JSON_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
+_JSON_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+
+def item_shapes(data: dict) -> list[Diagnostic]:
+    """Each item of ``env.transforms`` names one transform: a rule on the spec as written, before it is typed."""
+    env = data.get("env")
+    items = env.get("transforms") if isinstance(env, dict) else None
+    out = []
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        path = ("env", "transforms", i)
+        if item is None or item == {}:
+            out.append(error("transform-item", "an empty item names no transform", path, NAMES))
+        elif isinstance(item, dict) and len(item) != 1:
+            names = ", ".join(map(str, item))
+            out.append(error("transform-item", f"a transform item is one name and its kwargs; this one names "
+                             f"{len(item)} ({names})", path, "write each transform as its own list item: "
+                             "'- Name: {kwarg: value}'"))
+        elif isinstance(item, dict) and (not isinstance(next(iter(item)), str) or not next(iter(item))):
+            out.append(error("transform-item", f"a transform's name is text, not {next(iter(item))!r}", path,
+                             NAMES))
+    return out
+
+
+def transforms(spec: Spec, ctx: Context) -> list[Diagnostic]:
+    """Every transform is one torchrl has (or an importable callable) with kwargs its constructor takes; where the
+    stack is placed exists in the collector mode."""
+    out = []
+    for t in spec.transforms:
+        out += _callable(t) if ":" in t.name else _torchrl(t)
+    if spec.transforms_at == "subcollector" and spec.mode == "async":
+        out.append(error("transforms-at-async", "async mode runs one AsyncBatchedCollector over every env worker: "
+                         "there is no subcollector ParallelEnv to wrap", ("env", "transforms_at"),
+                         "use transforms_at: worker (each worker's env is wrapped), or collector.mode: multi"))
+    if spec.wrote("env", "transforms_at") and not spec.transforms:
+        out.append(warning("transforms-at-unused", "transforms_at places env.transforms, and there are none",
+                           ("env", "transforms_at"), "remove transforms_at, or add transforms"))
+    out += _repeated(spec.transforms)
+    return out
+
+
+def _path(t: Transform, *more: str) -> tuple:
+    """Where item ``t`` (or one of its kwargs) is written: a bare name's item, or the name's key of a mapping."""
+    return ("env", "transforms", t.index) + ((t.name,) + more if more or t.kwargs else ())
+
+
+def _callable(t: Transform) -> list[Diagnostic]:
+    if not CALLABLE.match(t.name):
+        return [error("transform-callable", f"{t.name!r} is not package.module:callable", _path(t),
+                      "e.g. mypkg.transforms:make_stack (a function returning a torchrl Transform)")]
+    module = t.name.partition(":")[0]
+    if not importable(module):
+        return [error("transform-callable-not-found", f"module {module!r} of transform {t.name!r} is not importable",
+                      _path(t), "put its folder on PYTHONPATH, or install its package")]
+    return []
+
+
+def _torchrl(t: Transform) -> list[Diagnostic]:
+    known = catalog()["transforms"]
+    cls, _, ctor = t.name.partition(".")
+    if cls not in known:
+        return [error("transform-unknown", f"torchrl {catalog()['torchrl']} has no transform {cls!r}", _path(t),
+                      _did_you_mean(cls, list(known), f"{NAMES}; torchrl's are listed in "
+                                    "topo/compiler/schemas/torchrl-transforms.json"))]
+    entry = known[cls]
+    if not ctor:
+        return _kwargs(t, entry["params"], cls)
+    if ctor not in entry["constructors"]:
+        offered = ", ".join(f"{cls}.{c}" for c in entry["constructors"]) or "none"
+        return [error("transform-constructor-unknown", f"{cls} has no named constructor {ctor!r}", _path(t),
+                      _did_you_mean(ctor, list(entry["constructors"]), f"{cls}'s named constructors: {offered}",
+                                    prefix=f"{cls}."))]
+    return _kwargs(t, entry["constructors"][ctor], t.name)
+
+
+def _kwargs(t: Transform, params: list[dict[str, Any]], called: str) -> list[Diagnostic]:
+    """The kwargs against the constructor's parameters: unknown, missing, or of a type its annotation rules out."""
+    by_name = {p["name"]: p for p in params if p["kind"] in ("positional-or-keyword", "keyword-only")}
+    open_ended = any(p["kind"] == "var-keyword" for p in params)
+    signature = f"{called}({_signature(params)})"
+    out = []
+    for key, value in t.kwargs.items():
+        p = by_name.get(key)
+        if p is None:
+            if not open_ended:
+                close = difflib.get_close_matches(str(key), list(by_name), n=1)
+                said = f"did you mean {close[0]!r}? " if close else ""
+                out.append(error("transform-kwarg-unknown", f"{called} takes no kwarg {key!r}", _path(t, key),
+                                 f"{said}its signature: {signature}"))
+            continue
+        wanted = _json_type(p.get("annotation"))
+        if wanted and value is not None and not _is(value, wanted):
+            out.append(error("transform-kwarg-type", f"{called}'s {key} is {p['annotation']}, got "
+                             f"{json.dumps(value, default=str)}", _path(t, key), f"its signature: {signature}"))
+    missing = [name for name, p in by_name.items() if p["required"] and name not in t.kwargs]
+    if missing:
+        out.append(error("transform-kwarg-missing", f"{called} needs {', '.join(map(repr, missing))}", _path(t),
+                         f"its signature: {signature}"))
+    return out
+
+
+def _json_type(annotation: str | None) -> tuple[type, ...] | None:
+    """The JSON types an annotation such as ``int``, ``bool | None`` or ``Optional[float]`` allows; None when it
+    says more than that (a union of others, a tensor, a key...)."""
+    if not annotation:
+        return None
+    bare = re.sub(r"^Optional\[(.*)\]$", r"\1", annotation.strip())
+    parts = [part.strip() for part in bare.split("|") if part.strip() != "None"]
+    return _JSON_TYPES.get(parts[0]) if len(parts) == 1 else None
+
+
+def _is(value: Any, wanted: tuple[type, ...]) -> bool:
+    return type(value) in wanted  # bool is no int here: JSON true is not 1
+
+
+def _signature(params: list[dict[str, Any]]) -> str:
+    out, starred = [], False
+    for p in params:
+        if p["kind"] == "keyword-only" and not starred:
+            out.append("*")
+            starred = True
+        prefix = {"var-positional": "*", "var-keyword": "**"}.get(p["kind"], "")
+        starred |= p["kind"] == "var-positional"
+        text = prefix + p["name"] + (f": {p['annotation']}" if "annotation" in p else "")
+        if "default" in p or "default_text" in p:
+            text += " = " + (repr(p["default"]) if "default" in p else p["default_text"])
+        out.append(text)
+    return ", ".join(out)
+
+
+def _did_you_mean(name: str, options: list[str], otherwise: str, prefix: str = "") -> str:
+    lowered = {o.lower(): o for o in options}
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.6)
+    return f"did you mean {prefix}{lowered[close[0]]}?" if close else otherwise
+
+
+def _repeated(stack: tuple[Transform, ...]) -> list[Diagnostic]:
+    """Two StepCounters writing one step count key: the second counts the same steps again."""
+    out, seen = [], set()
+    for t in stack:
+        if t.name != "StepCounter":
+            continue
+        key = t.kwargs.get("step_count_key", "step_count")
+        if key in seen:
+            out.append(error("transform-repeated", f"a second StepCounter writing {key!r}: it counts the same steps "
+                             "again, and its max_steps races the first one's", _path(t),
+                             "keep one StepCounter, or give this one another step_count_key"))
+        seen.add(key)
+    return out
