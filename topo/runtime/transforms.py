@@ -1,5 +1,6 @@
 """``env.transforms`` at run time: the plan's list of transforms as a torchrl ``Compose``, built only in the
 processes that build envs (an env worker, or a subcollector over its ``ParallelEnv``), never in the compiler.
+torchrl is reached by name (:func:`~topo.runtime.builder.import_builder`), as a builder is: this module imports no torch.
 
 An item is ``{"name": ..., "kwargs": {...}}`` (docs: the plan format): ``"A"`` is ``torchrl.envs.transforms.A``,
 ``"A.ctor"`` its named constructor (``MultiAction.from_vla``), ``"pkg.mod:fn"`` a callable returning a transform.
@@ -10,40 +11,31 @@ from typing import Any, Callable
 
 from topo.runtime.builder import import_builder
 
+TORCHRL = "torchrl.envs.transforms"  # where a bare name (``StepCounter``, ``MultiAction.from_vla``) is found
+
 
 def resolve(name: str) -> Callable[..., Any]:
     """The class, named constructor or ``module:callable`` an item names."""
-    if ":" in name:
-        return import_builder(name)
-    from torchrl.envs import transforms
-
-    target: Any = transforms
-    for part in name.split("."):
-        target = getattr(target, part)
-    return target
+    return import_builder(name if ":" in name else f"{TORCHRL}:{name}")
 
 
 def build_stack(items: list[dict[str, Any]]):
     """``Compose`` of the items, first applied first (torchrl's order). An item that raises is named in the error
     (its place and name), the original exception chained."""
-    from torchrl.envs.transforms import Compose
-
     built = []
     for i, item in enumerate(items):
         try:
             built.append(resolve(item["name"])(**(item.get("kwargs") or {})))
         except Exception as exc:
             raise TransformError(f"env.transforms[{i}] {item['name']}: {type(exc).__name__}: {exc}") from exc
-    return Compose(*built)
+    return import_builder(f"{TORCHRL}:Compose")(*built)
 
 
 def wrap(env, items: list[dict[str, Any]]):
     """``TransformedEnv(env, build_stack(items))``; a stack that does not fit the env (its specs) is named too."""
-    from torchrl.envs import TransformedEnv
-
     stack = build_stack(items)
     try:
-        return TransformedEnv(env, stack)
+        return import_builder(f"{TORCHRL}:TransformedEnv")(env, stack)
     except Exception as exc:
         names = ", ".join(item["name"] for item in items)
         raise TransformError(f"env.transforms [{names}] over {type(env).__name__}: {type(exc).__name__}: {exc}") from exc
