@@ -19,9 +19,9 @@ POLICY = {"factory": "topo.policies.tinyvla:make",
 STACK = [{"MultiAction": {"stack_rewards": False}}, {"StepCounter": {"max_steps": 3}}]
 
 
-def chunked_spec(mode: str = "multi", at: str = "worker", tracking: bool = True, max_steps: int = 3) -> dict:
-    """Toy 1 x 2; ``tracking``: episodes may end mid-chunk (success after 2 steps in tolerance)."""
-    kwargs = {"success_steps": 2, "success_tol": 0.5, "state_dim": 8} if tracking else {"state_dim": 8}
+def chunked_spec(mode: str = "multi", at: str = "worker", success_steps: int = 2, max_steps: int = 3) -> dict:
+    """Toy 1 x 2; with ``success_steps`` 2 episodes end mid-chunk (2 steps in tolerance), never past a chunk."""
+    kwargs = {"success_steps": success_steps, "success_tol": 0.5, "state_dim": 8}
     stack = [STACK[0], {"StepCounter": {"max_steps": max_steps}}]
     return toy_spec(1, 2, env={"backend": "toy", "kwargs": kwargs, "transforms": stack, "transforms_at": at},
                     collector={"frames_per_batch": 16, "mode": mode}, policy=POLICY,
@@ -67,7 +67,7 @@ def test_chunks_in_each_worker_count_decisions_and_env_steps_and_replay(tmp_path
 def test_chunks_over_the_subcollectors_parallel_env(tmp_path):
     """The recipe's placement: the stack is built in the subcollector (0 in the trainer, 0 in workers); no episode
     ends mid-chunk here (StepCounter truncates between decisions), so env steps are exactly 8 per decision."""
-    spec, report = write(tmp_path / "sub.yaml", chunked_spec(at="subcollector", tracking=False)), tmp_path / "report"
+    spec, report = write(tmp_path / "sub.yaml", chunked_spec(at="subcollector", success_steps=25)), tmp_path / "report"
     result = launch(spec, "--batches", 3, "--report", report)
     t_end = time.time()
     assert result.returncode == 0, result.stderr
