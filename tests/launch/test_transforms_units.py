@@ -98,3 +98,16 @@ def test_async_action_slot_follows_the_stack(chunk, transforms, error):
     with pytest.raises(UsageError) as found:
         async_slots.slot_layouts(layout, "topo.policies.tinyvla:make", kwargs, transforms)
     assert str(found.value).startswith("policy factory topo.policies.tinyvla:make " + error)
+
+
+def test_an_eval_worker_under_the_stack_goes_idle_after_its_episodes():
+    """An eval row's scheduled env under MultiAction and StepCounter: its episode, then idle episodes, never a
+    reset that is done (its ``max_episode_steps`` truncation is not carried into the idle observation)."""
+    schedule = {"episodes": [{"episode": 0, "task_id": 4, "init_state_id": None, "seed": 5}], "max_episode_steps": 8,
+                "envs": {"4": {"action_dim": 2, "state_dim": 4, "success_steps": 3, "success_tol": 0.2}}}
+    env = make_env(builder="topo.envs.toy:build", env={}, seed=1000, schedule=schedule, transforms=CHUNK)
+    policy = make(action_dim=2, image_size=16, state_dim=4, chunk_size=4)
+    td = env.rollout(6, policy, break_when_any_done=False)
+    assert td["next", "eval_episode"].reshape(-1).tolist() == [0, 0, -1, -1, -1, -1]  # 8 env steps: 2 decisions
+    assert td["next", "eval_length"].reshape(-1).tolist()[:2] == [4, 8]
+    env.close()
