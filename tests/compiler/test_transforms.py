@@ -132,3 +132,26 @@ def test_the_dry_run_prints_the_stack(at, where):
             in plan_text(plan).splitlines())
     assert json.loads(plan_text(plan, "json"))["env"]["transforms"] == PLANNED
     assert "transforms" not in plan_text(compiled(HEAD))
+
+
+def test_transforms_at_without_transforms_is_a_warning_and_kwarg_names_are_text():
+    from topo.compiler.validate import validate
+
+    found = validate(parse(HEAD.replace("{backend: toy}", "{backend: toy, transforms_at: subcollector}"), "t.yaml"))
+    assert [(d.code, d.severity) for d in found.diagnostics] == [("transforms-at-unused", "warning")]
+    found = validate(parse(spec_text().replace("{max_steps: 64}", "{1: 64}"), "t.yaml"))
+    assert [(d.code, d.dotted_path, d.line) for d in found.errors] == [
+        ("transform-kwarg-name", "env.transforms[2].StepCounter[1]", 7)]
+
+
+def test_a_plan_whose_stack_nests_too_deep_is_refused():
+    plan = json.loads(dumps(compiled(spec_text())))
+    deep: dict = {}
+    for _ in range(110):
+        deep = {"k": deep}
+    plan["env"]["transforms"][0]["kwargs"] = deep
+    for row in rows(plan):
+        row["kwargs"]["transforms"][0]["kwargs"] = deep
+    with pytest.raises(SpecError) as caught:
+        check_plan(plan, allow_edited=True)
+    assert [d.code for d in caught.value.diagnostics] == ["plan-too-deep"]

@@ -1,8 +1,9 @@
 """The code a plan names: each ``module:callable`` that launching it imports and calls, read from the plan alone.
 
-A spec names callables by design (an env backend's builder, a user factory, an env transform, a policy factory), as Hydra's
-``_target_`` does; launching its plan imports those modules in the trainer and the workers. ``topo plan``
-and ``topo launch`` of a saved plan list them (:func:`describe`) before anything runs. Imports nothing.
+A spec names callables by design (an env backend's builder, a user factory, an env transform, a policy
+factory), as Hydra's ``_target_`` does; launching its plan imports those modules in the trainer and the
+workers. ``topo plan`` and ``topo launch`` of a saved plan list them (:func:`describe`) before anything runs.
+Imports nothing.
 """
 from __future__ import annotations
 

@@ -279,9 +279,10 @@ def _eval_rules(section: dict, env: dict, bad) -> None:
 
 
 def _depth(plan: dict) -> list[Diagnostic]:
-    """The free-form parts (env kwargs, runtime_env) nest at most as deep as a spec may: a part ``n`` levels down
+    """The free-form parts (env kwargs, transforms, runtime_env) nest at most as deep as a spec may: a part ``n`` levels down
     nests at most ``MAX_PLAN_DEPTH - n`` levels."""
     parts = [(("env", "kwargs"), plan["env"]["kwargs"]), (("placement", "runtime_env"), plan["placement"]["runtime_env"])]
+    parts += [(("env", "transforms"), plan["env"].get("transforms", []))]  # each row's copy is the same (_rules)
     parts += [(("subcollectors", i, "workers", j, "kwargs", "env"), row["kwargs"]["env"])
               for i, sub in enumerate(plan["subcollectors"]) for j, row in enumerate(sub["workers"])]
     for i, sub in enumerate((plan.get("eval") or {}).get("subcollectors", ())):

@@ -38,7 +38,8 @@ def differences(shipped: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
     for name in (n for n in new if n in old):
         pairs = [(name, old[name]["params"], new[name]["params"])]
         ctors = set(old[name]["constructors"]) | set(new[name]["constructors"])
-        pairs += [(f"{name}.{c}", old[name]["constructors"].get(c), new[name]["constructors"].get(c)) for c in sorted(ctors)]
+        pairs += [(f"{name}.{c}", old[name]["constructors"].get(c), new[name]["constructors"].get(c))
+                  for c in sorted(ctors)]
         if old[name]["module"] != new[name]["module"]:
             out.append(f"{name}: now exported by {new[name]['module']}, not {old[name]['module']}")
         for label, before, after in pairs:

@@ -13,12 +13,12 @@ from topo.compiler.spec import Spec, Transform
 from topo.compiler.transform_catalog import catalog
 from topo.diagnostics import Diagnostic, error, warning
 
-CALLABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+_DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+CALLABLE = re.compile(f"^{_DOTTED}:{_DOTTED}$")  # package.module:attribute (dotted: a classmethod, say)
 NAMES = "a class of torchrl.envs.transforms (MultiAction), a named constructor (MultiAction.from_vla), " \
         "or package.module:callable"
 #: annotations said plainly enough to check a JSON value against (``| None`` aside): anything else is not checked
 _JSON_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
-_JSON_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
 
 def item_shapes(data: dict) -> list[Diagnostic]:
@@ -42,15 +42,13 @@ def item_shapes(data: dict) -> list[Diagnostic]:
 
 
 def transforms(spec: Spec, ctx: Context) -> list[Diagnostic]:
-    """Every transform is one torchrl has (or an importable callable) with kwargs its constructor takes; where the
-    stack is placed exists in the collector mode."""
+    """Every transform is one torchrl has (or an importable callable) with kwargs its constructor takes
+    (``transforms_at: subcollector`` in async mode: :mod:`topo.compiler.rules.async_mode`)."""
     out = []
     for t in spec.transforms:
+        out += [error("transform-kwarg-name", f"a kwarg's name is text, not {key!r}", _path(t, key),
+                      "quote it, or name the kwarg") for key in t.kwargs if not isinstance(key, str)]
         out += _callable(t) if ":" in t.name else _torchrl(t)
-    if spec.transforms_at == "subcollector" and spec.mode == "async":
-        out.append(error("transforms-at-async", "async mode runs one AsyncBatchedCollector over every env worker: "
-                         "there is no subcollector ParallelEnv to wrap", ("env", "transforms_at"),
-                         "use transforms_at: worker (each worker's env is wrapped), or collector.mode: multi"))
     if spec.wrote("env", "transforms_at") and not spec.transforms:
         out.append(warning("transforms-at-unused", "transforms_at places env.transforms, and there are none",
                            ("env", "transforms_at"), "remove transforms_at, or add transforms"))
@@ -76,6 +74,10 @@ def _callable(t: Transform) -> list[Diagnostic]:
 
 def _torchrl(t: Transform) -> list[Diagnostic]:
     known = catalog()["transforms"]
+    if t.name.count(".") > 1:
+        last = t.name.rsplit(".", 1)[-1]
+        return [error("transform-unknown", f"{t.name!r} is neither a torchrl transform nor package.module:callable",
+                      _path(t), f"write {last}" if last in known else f"write it {t.name.rsplit('.', 1)[0]}:{last}")]
     cls, _, ctor = t.name.partition(".")
     if cls not in known:
         return [error("transform-unknown", f"torchrl {catalog()['torchrl']} has no transform {cls!r}", _path(t),
@@ -99,6 +101,8 @@ def _kwargs(t: Transform, params: list[dict[str, Any]], called: str) -> list[Dia
     signature = f"{called}({_signature(params)})"
     out = []
     for key, value in t.kwargs.items():
+        if not isinstance(key, str):
+            continue  # named above
         p = by_name.get(key)
         if p is None:
             if not open_ended:
