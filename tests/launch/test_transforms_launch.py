@@ -77,6 +77,9 @@ def test_chunks_over_the_subcollectors_parallel_env(tmp_path):
     assert all("transforms" not in row["kwargs"] for row in plan_of(report)["subcollectors"][0]["workers"])
     ends = episode_ends(report)  # the workers see env steps only: their records are steps of one action
     assert sum(e["steps"] for e in ends) == CHUNK * 3 * 16 and all("env_steps" not in e for e in ends)
+    first = min(e["id"] for e in ends)
+    done = replay(str(run_dir(report)), first)  # the worker's env, step by env step: no stack to rebuild
+    assert done.identical and done.steps == next(e["steps"] for e in ends if e["id"] == first), str(done)
 
 
 def test_a_transform_that_raises_in_the_worker_is_named_with_its_row(tmp_path):
