@@ -12,6 +12,7 @@ import pytest
 from tests.launch.launch_helpers import assert_clean_launch, launch, run_dir, summary, toy_spec, write
 from tests.launch.test_launch_faults import assert_no_bare_traceback, assert_torn_down
 from topo.runs.replay import replay
+from topo.runtime.episodes import Episodes
 
 CHUNK = 8
 POLICY = {"factory": "topo.policies.tinyvla:make",
@@ -60,6 +61,8 @@ def test_chunks_in_each_worker_count_decisions_and_env_steps_and_replay(tmp_path
     assert f"  steps: {steps['decisions']} decisions, {steps['env_steps']} env steps; transforms MultiAction, " \
            "StepCounter at worker (built: trainer 0, server 0, subcollector 0, worker 2)" in result.stdout
     mid = next(e for e in ends if e["how"] == "terminated" and e["env_steps"] < CHUNK * e["steps"])
+    shown = Episodes(run_dir(report)).get(mid["id"]).summary()  # what topo runs show lists
+    assert (shown["steps"], shown["env_steps"]) == (mid["steps"], mid["env_steps"])
     done = replay(str(run_dir(report)), mid["id"])
     assert done.identical and done.steps == mid["steps"], str(done)
 
