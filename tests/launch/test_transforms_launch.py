@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.launch.launch_helpers import assert_clean_launch, launch, run_dir, summary, toy_spec, write
+from tests.launch.launch_helpers import assert_clean_launch, launch, run_dir, summary, toy_spec, user_spec, write
 from tests.launch.test_launch_faults import assert_no_bare_traceback, assert_torn_down
 from topo.runs.replay import replay
 from topo.runtime.episodes import Episodes
@@ -98,3 +98,26 @@ def test_a_transform_that_raises_in_the_worker_is_named_with_its_row(tmp_path):
     assert_no_bare_traceback(err)
     s = assert_torn_down(report, t_end)
     assert s["exit_code"] == 1 and s["error"]["subcollector"] == 0 and s["steps"]["transforms_built"]["trainer"] == 0
+
+
+def test_a_worker_killed_mid_chunk_restarts_under_its_stack(tmp_path):
+    """Worker 1 SIGKILLs itself in its 21st env step, the 5th action of its 3rd chunk; its subcollector starts again
+    from its rows, which carry the stack: the run collects every batch, each new worker built its stack."""
+    spec = user_spec("faulty:dying_step", 1, 2, fault_seed=1, after_steps=20)
+    spec["env"]["transforms"] = STACK
+    spec["assignment"].update(tasks=[0, 1], groups={"size": 1, "candidate_size": 2})
+    spec["launch"]["restarts"] = {"max": 1}
+    spec["policy"] = {**POLICY, "kwargs": {**POLICY["kwargs"], "state_dim": 6}}
+    spec["collector"] = {"frames_per_batch": 4}
+    report = tmp_path / "report"
+    result = launch(write(tmp_path / "spec.yaml", spec), "--batches", 8, "--report", report)
+    t_end = time.time()
+    assert result.returncode == 0, result.stderr
+    s = assert_torn_down(report, t_end)
+    (restart,) = s["restarts"]
+    assert (restart["cause"]["kind"], restart["cause"]["worker"], restart["outcome"]) == ("worker-died", 1, "collecting")
+    assert s["launch"]["batches_collected"] == 8
+    assert s["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 4}
+    assert s["steps"]["transforms_built"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 4}
+    # every decision that returned took 8 env steps; the one the worker died in, 4 before the 5th killed it
+    assert s["steps"]["env_steps"] == CHUNK * s["steps"]["decisions"] + 4
