@@ -5,7 +5,7 @@ The catalogue (``topo/compiler/schemas/torchrl-transforms.json``) is generated f
 ``scripts/transform-catalog --write`` and held to it by a test (the script without ``--write`` compares them,
 with :func:`differences`). Reading it imports nothing.
 
-An entry: ``{"module", "params", "constructors": {name: params}}``; a parameter: ``{"name", "kind", "required",
+An entry (a class ``torchrl.envs.transforms`` exports): ``{"params", "constructors": {name: params}}``; a parameter: ``{"name", "kind", "required",
 "default" (when JSON can hold it) or "default_text", "annotation"}`` (``kind``: positional-or-keyword,
 keyword-only, var-keyword, var-positional, positional-only).
 """
@@ -40,8 +40,6 @@ def differences(shipped: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
         ctors = set(old[name]["constructors"]) | set(new[name]["constructors"])
         pairs += [(f"{name}.{c}", old[name]["constructors"].get(c), new[name]["constructors"].get(c))
                   for c in sorted(ctors)]
-        if old[name]["module"] != new[name]["module"]:
-            out.append(f"{name}: now exported by {new[name]['module']}, not {old[name]['module']}")
         for label, before, after in pairs:
             out += _param_changes(label, before, after)
     return out

@@ -10,6 +10,10 @@ The recipe's evaluation (``env.eval_*``, ``logger.eval_*``) becomes the spec's `
 deliberate differences, said in the spec and on stderr: its eval seed ``env.seed + 1`` is training worker
 1's, so the eval seeds start after the training ones instead; and it evaluates its training tasks, which
 topo keeps but warns about (``eval-on-train-tasks``: held-out tasks are the alternative).
+
+The recipe's chunk-decision stack (``env.chunk_size``, ``env.max_outer_steps``) becomes ``env.transforms`` in each
+worker (``transforms_at: worker``, the default): the recipe's collector wraps each worker's env, not its
+ParallelEnv (:func:`_transforms`).
 """
 from __future__ import annotations
 
