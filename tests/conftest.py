@@ -51,6 +51,7 @@ FAST = (
     "tests/launch/test_hostile_files.py::test_a_hostile_run_file_is_refused",
     "tests/launch/test_hostile_files.py::test_a_checkpoint_that_is_not_weights_is_refused_and_never_run",
     "tests/launch/test_async_units.py",
+    "tests/launch/test_transforms_units.py",
     "tests/launch/test_script_events.py",
     "tests/bench/test_bench_units.py",
     "tests/estimate/test_estimate_units.py",

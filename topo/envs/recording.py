@@ -157,21 +157,25 @@ class EpisodeLog:
         self._action_keys: list = []
         self._flushed_at = 0.0
         self._names: dict | None = None  # the env's state attributes (:func:`state_names`), found at its first reset
+        self._env_steps: int | None = None  # the base env's steps in the open episode, under a stack (else None)
 
-    def install(self, env: EnvBase) -> EnvBase:
+    def install(self, env: EnvBase, base: EnvBase | None = None) -> EnvBase:
+        """``env`` recording its episodes; ``base``: the env under ``env``'s transforms (its seed state is what
+        decides an episode, its steps are the episode's ``env_steps``), None: ``env`` itself."""
         spec = env.full_observation_spec.clone()
         spec[KEY] = Unbounded(shape=env.batch_size, dtype=torch.int64, device=env.device)
         env.full_observation_spec = spec
         self._action_keys = list(env.full_action_spec.keys(True, True))
         reset, step = env._reset, env._step
+        inner = env if base is None else base
 
         def _reset(tensordict=None, **kwargs):
             self.finish("reset")
             if self._names is None:
-                self._names = state_names(env)
-            state = seed_state(env, self._names)
+                self._names = state_names(inner)
+            state = seed_state(inner, self._names)
             out = reset(tensordict, **kwargs)
-            self.started(env, out, state)
+            self.started(inner, out, state)
             return out
 
         def _step(tensordict):
@@ -180,7 +184,16 @@ class EpisodeLog:
             return out
 
         env._reset, env._step = _reset, _step
+        if inner is not env:
+            from topo.runtime.transforms import count_steps
+
+            self._env_steps = 0
+            count_steps(inner, self._env_stepped)
         return env
+
+    def _env_stepped(self) -> None:
+        if self._open:
+            self._env_steps += 1
 
     def started(self, env: EnvBase, out: TensorDictBase, state: dict[str, Any]) -> None:
         if "eval_episode" in out.keys() and int(_scalar(out.get("eval_episode"))) == IDLE:
@@ -228,6 +241,8 @@ class EpisodeLog:
             record["unrecorded"] = skipped
         self.writer.write(record)
         self._open, self._steps, self._return, self._success = True, 0, 0.0, None
+        if self._env_steps is not None:
+            self._env_steps = 0
         self._acted, self._digests, self._rewards = {}, ([digest(out)] if self.actions else []), []
         self._flushed_at = time.monotonic()
 
@@ -252,19 +267,23 @@ class EpisodeLog:
         self._open = False
         if self.actions:
             self._flush()
-        self.writer.write({"event": "end", "id": int(self._id.reshape(-1)[0]), "time": time.time(),
-                           "steps": self._steps, "return": self._return, "how": how, "success": self._success})
+        record = {"event": "end", "id": int(self._id.reshape(-1)[0]), "time": time.time(), "steps": self._steps,
+                  "return": self._return, "how": how, "success": self._success}
+        if self._env_steps is not None:
+            record["env_steps"] = self._env_steps  # ``steps`` are decisions
+        self.writer.write(record)
 
 
 def wrap(env: EnvBase, run_dir: str, worker: dict, seed: int | None, restart: int, actions: bool,
-         keep: int | None = None) -> EnvBase:
+         keep: int | None = None, base: EnvBase | None = None) -> EnvBase:
     """``env`` with its episodes recorded in ``run_dir`` under this worker life (``close`` ends the open one);
-    ``keep``: only the last ``keep`` episodes' records are kept (:class:`LifeWriter`)."""
+    ``keep``: only the last ``keep`` episodes' records are kept (:class:`LifeWriter`); ``base``: the env under
+    ``env``'s transforms (:meth:`EpisodeLog.install`)."""
     is_eval = worker.get("role") == "eval"
     key = EpisodeId(worker["global_index"], restart, 0, eval=is_eval)
     log = EpisodeLog(LifeWriter(run_dir, key.life, keep), row=key.row, restart=restart, seed=seed, eval=is_eval,
                      actions=actions)
-    log.install(env)
+    log.install(env, None if base is env else base)
     close = env.close
 
     def closing(*args: Any, **kwargs: Any) -> Any:

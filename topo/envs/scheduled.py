@@ -97,7 +97,7 @@ class ScheduledEnv(EnvBase):
             out = self.inner.reset()
         self._current = episode
         self._stats = [False, 0, 0.0, self._checksum(out) if episode is not None else 0.0]
-        self._last = out.exclude(*self.full_done_spec.keys(True, True))
+        self._last = out.exclude(*self._done_keys())
         return self._stamp(out)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -120,8 +120,13 @@ class ScheduledEnv(EnvBase):
         if bool(out.get("done").any()) and "success" not in out.keys():
             success = bool(out.get("terminated", out.get("done")).any())
         self._stats = [success, length, total, checksum + self._checksum(out)]
-        self._last = out.exclude(*self.full_done_spec.keys(True, True), *self.full_reward_spec.keys(True, True))
+        self._last = out.exclude(*self._done_keys(), *self.full_reward_spec.keys(True, True))
         return self._stamp(out)
+
+    def _done_keys(self) -> list:
+        """The done keys, and ``truncated`` where the spec has none (:meth:`_step` sets it at ``max_episode_steps``):
+        an idle episode's observations carry neither (a ``StepCounter`` over this env reads ``truncated``)."""
+        return list({*self.full_done_spec.keys(True, True), "truncated"})
 
     def _checksum(self, out: TensorDictBase) -> float:
         return float(sum(out.get(key).double().sum() for key in self._observed if key in out.keys(True, True)))

@@ -13,7 +13,7 @@ from typing import Any
 from topo.diagnostics import ids_text
 from topo.errors import TopoError
 from topo.runtime import episodes
-from topo.runtime import time_breakdown
+from topo.runtime import heartbeat, time_breakdown
 from topo.runtime.rundir import ROLES
 from topo.launch import observe
 from topo.launch.ray import describe_placement
@@ -193,11 +193,44 @@ def summary(run: Outcome) -> dict[str, Any]:
                                  for w in every if w.constructed and w.seed != w.row["seed"]]},
         "evaluation": run.evaluation,
         "episodes": episodes.counts(state.run.path),
+        "steps": steps(state),
         "actors": run.actors,
         "batches": run.batches,
         "time_breakdown": run.time_breakdown,
         "plan": plan,
     }
+
+
+def steps(state) -> dict[str, Any]:
+    """Decisions (the policy's steps of each worker) and env steps, each counted where it ran (the beats files of
+    every subcollector life: :func:`topo.runtime.heartbeat.steps`): under ``MultiAction`` up to a chunk of env
+    steps per decision, fewer when an episode ends mid-chunk; and the plan's ``env.transforms`` with where they
+    were built (``by_role``: one per stack built)."""
+    env = state.plan["env"]
+    at_subcollector = env.get("transforms_at") == "subcollector"
+    decisions = env_steps = 0
+    for sub in state.plan["subcollectors"]:
+        for restart in sorted({s.restart for s in state.all_subcollectors() if s.index == sub["index"]}):
+            found = heartbeat.steps(state.run.path, sub["index"], restart)
+            if found is not None:
+                taken, counted = found
+                env_steps += sum(counted[1:])
+                decisions += counted[0] if at_subcollector else sum(taken[1:])
+    built = Counter(state.role_of(pid) for pid in state.stacks)
+    return {"decisions": decisions, "env_steps": env_steps,
+            "transforms": [t["name"] for t in env.get("transforms") or []], "transforms_at": env.get("transforms_at", "worker") if env.get("transforms") else None,
+            "transforms_built": {role: built.get(role, 0) for role in ROLES}}
+
+
+def human_steps(s: dict | None) -> str:
+    """The report's line on decisions and env steps (``steps`` of :func:`summary`)."""
+    if not s:
+        return "  steps: not counted"
+    line = f"  steps: {s['decisions']} decisions, {s['env_steps']} env steps"
+    if s["transforms"]:
+        built = ", ".join(f"{role} {n}" for role, n in s["transforms_built"].items())
+        line += f"; transforms {', '.join(s['transforms'])} at {s['transforms_at']} (built: {built})"
+    return line
 
 
 def restarts(state) -> list[dict[str, Any]]:
@@ -385,6 +418,7 @@ def human(s: dict) -> str:
         f"{p['subcollector_exit_codes']}, peak processes {p['peak']}",
         f"  left behind {len(p['left_behind'])}, alive after {len(p['alive_after'])}",
         human_memory(s.get("memory")),
+        human_steps(s.get("steps")),
         human_episodes(s.get("episodes"), s.get("run_dir")),
     ]
     digest = s.get("batches")

@@ -18,8 +18,11 @@ from topo.launch import boundary, observe
 from topo.compiler.row import Row
 
 
-def subcollector_env(index: int, rows: list[Row], start_method: str, launch: dict[str, Any]):
-    """The env of subcollector ``index``: ``ParallelEnv`` over ``topo.worker.make_env``, one row per worker.
+def subcollector_env(index: int, rows: list[Row], start_method: str, launch: dict[str, Any],
+                     transforms: list[dict] | None = None):
+    """The env of subcollector ``index``: ``ParallelEnv`` over ``topo.worker.make_env``, one row per worker;
+    ``transforms`` (``env.transforms_at: subcollector``): ``TransformedEnv`` over it with that stack, built here
+    (a ``transforms`` marker; each of its steps counts its workers' decisions: :func:`topo.runtime.heartbeat.decisions`).
 
     Module-level so that its ``functools.partial`` over plain data pickles with any start method.
     ``serial_for_single`` stays off: a one-worker subcollector keeps its env in a worker process.
@@ -50,17 +53,34 @@ def subcollector_env(index: int, rows: list[Row], start_method: str, launch: dic
     construction = launch.get("construction", "workers")
     kwargs = [row["kwargs"] for row in rows]
     if construction == "legacy":
-        return ParallelEnv(len(rows), [functools.partial(make_env, **kw) for kw in kwargs], mp_start_method=start_method)
-    if construction == "homogeneous":
-        return ParallelEnv(len(rows), make_env, create_env_kwargs=kwargs, mp_start_method=start_method)
-    return ParallelEnv(
-        len(rows),
-        make_env,
-        create_env_kwargs=kwargs,
-        metadata_from_workers=launch.get("metadata_from_workers", True),
-        use_buffers=launch.get("use_buffers", False),
-        mp_start_method=start_method,
-    )
+        env = ParallelEnv(len(rows), [functools.partial(make_env, **kw) for kw in kwargs], mp_start_method=start_method)
+    elif construction == "homogeneous":
+        env = ParallelEnv(len(rows), make_env, create_env_kwargs=kwargs, mp_start_method=start_method)
+    else:
+        env = ParallelEnv(
+            len(rows),
+            make_env,
+            create_env_kwargs=kwargs,
+            metadata_from_workers=launch.get("metadata_from_workers", True),
+            use_buffers=launch.get("use_buffers", False),
+            mp_start_method=start_method,
+        )
+    return env if not transforms else _transformed(env, transforms, index, run)
+
+
+def _transformed(env, transforms: list[dict], index: int, run: RunDir | None):
+    """``env`` under the stack; a stack that raises closes ``env`` (its workers) and fails this subcollector."""
+    from topo.runtime.transforms import wrap
+
+    try:
+        out = wrap(env, transforms)
+    except BaseException:
+        env.close(raise_if_closed=False)
+        raise
+    if run is not None:
+        run.marker("transforms", index=index, names=[t["name"] for t in transforms])
+    heartbeat.decisions(out)
+    return out
 
 
 def env_factories(plan: dict[str, Any]) -> list[functools.partial]:
@@ -70,4 +90,7 @@ def env_factories(plan: dict[str, Any]) -> list[functools.partial]:
 
 def env_factory(plan: dict[str, Any], index: int, rows: list[Row]) -> functools.partial:
     """The picklable env factory of subcollector ``index`` over ``rows`` (its plan rows, or a restart's)."""
-    return functools.partial(subcollector_env, index, rows, plan["start_methods"]["workers"], dict(plan["launch"]))
+    env = plan["env"]
+    transforms = env.get("transforms") if env.get("transforms_at") == "subcollector" else None
+    return functools.partial(subcollector_env, index, rows, plan["start_methods"]["workers"], dict(plan["launch"]),
+                             transforms)

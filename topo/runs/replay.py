@@ -104,7 +104,7 @@ def replay(run: str, episode: str | int, *, actions: dict[str, np.ndarray] | Non
         seed_state = None if parts is None else decode_seed_state(parts)
     except ValueError as err:
         raise RecordError(_life_path(found), f"episode {found.id}: {err}", hint=FOREIGN_HINT) from None
-    env = _build(found, episodes)
+    base, env = _build(found, episodes)
     notes = [f"its {name} state was not recorded ({why}): the replay starts without it"
              for name, why in (found.start.get("unrecorded") or {}).items()]
     memory = _Memory()
@@ -112,12 +112,12 @@ def replay(run: str, episode: str | int, *, actions: dict[str, np.ndarray] | Non
                      eval=found.id.eval, actions=True)
     from torchrl.envs.utils import step_mdp
 
-    wrapped = log.install(env)
+    wrapped = log.install(env, None if base is env else base)
     try:
         _check_actions(actions, wrapped, actions_from)
         if seed_state is not None:
             try:
-                restore_seed_state(env, seed_state)
+                restore_seed_state(base, seed_state)
             except (TypeError, ValueError, RuntimeError, KeyError, IndexError, OverflowError) as err:
                 raise RecordError(_life_path(found), f"episode {found.id}: its seed state does not fit this env: "
                                   f"{err}", hint=FOREIGN_HINT) from None
@@ -180,8 +180,10 @@ def _seed_parts(found: Episode, episodes: Episodes) -> dict[str, bytes]:
 
 
 def _build(found: Episode, episodes: Episodes):
-    """The env the episode's worker built (an eval episode's: its schedule sets it up), with the seed of its
-    worker life; a record whose seed is not that life's is of another run."""
+    """(the env the episode's worker built (an eval episode's: its schedule sets it up), with the seed of its
+    worker life; the env it stepped: under its row's ``transforms``, that stack over it); a record whose seed is
+    not that life's is of another run. (A stack over the subcollector's ``ParallelEnv`` is not the worker's: its
+    episodes are recorded, and replayed, step by env step.)"""
     row = found.row
     if not row:
         raise UsageError(f"the plan in {episodes.run_dir} has no row for episode {found.id}")
@@ -190,8 +192,16 @@ def _build(found: Episode, episodes: Episodes):
     except StalePlanError as err:
         raise RecordError(os.path.join(episodes.run_dir, "launch.json"), f"{err} (a run directory of another topo)",
                           hint="replay it with the topo that recorded it") from None
-    if found.id.eval:
-        return _eval_env(row, found)
+    transforms = (row.get("kwargs") or {}).get("transforms")
+    env = _eval_env(row, found) if found.id.eval else _train_env(found, episodes, row)
+    if not transforms:
+        return env, env
+    from topo.runtime.transforms import wrap
+
+    return env, wrap(env, transforms)
+
+
+def _train_env(found: Episode, episodes: Episodes, row: dict):
     try:
         kwargs = restart_rows(episodes.plan, row["subcollector"], found.id.restart)[row["index"]]["kwargs"]
         builder, env_kwargs = kwargs["builder"], dict(kwargs["env"])
@@ -274,7 +284,7 @@ def _check_actions(actions: dict[str, np.ndarray], env, source: str | None) -> N
                          f"{lengths}")
     for name, values in actions.items():
         shape = tuple(env.full_action_spec[tuple(name.split(".")) if "." in name else name].shape)
-        if tuple(values.shape[1:]) != shape:
+        if len(values.shape[1:]) != len(shape) or any(d not in (-1, v) for d, v in zip(shape, values.shape[1:])):
             raise UsageError(f"{where}the actions {name!r} have shape {tuple(values.shape)}: each step's must be {shape}")
 
 

@@ -155,6 +155,7 @@ class Episode:
                 "started": self.start.get("time"), "return": end.get("return"), "success": end.get("success"),
                 # no end record: it runs, or its worker stopped mid-episode; its steps so far, from the batches
                 "steps": end["steps"] if self.end else sum(self.versions.values()) or None,
+                **({"env_steps": end["env_steps"]} if "env_steps" in end else {}),  # under a stack: steps are decisions
                 "ended": end["how"] if self.end else "open",
                 "policy_versions": sorted((v for v in self.versions if v is not None)),
                 "recorded_actions": bool(self.chunks)}

@@ -23,6 +23,11 @@ its baseline (the mean of its first :data:`BASELINE_STEPS` steps), and its reset
 
 Past those figures (:data:`TIMED`) each slot times one kind of call for :mod:`topo.runtime.time_breakdown`: a worker's
 env steps, a subcollector's policy calls (:func:`policy_call`): their count, total seconds and histogram.
+
+Last (:data:`ENV_STEPS`), a worker's env steps as its base env took them: under an ``env.transforms`` stack with
+``MultiAction`` a step of the worker (a decision) is up to a chunk of env steps, each counted where it runs, not
+computed. With the stack over the subcollector's ``ParallelEnv`` (``transforms_at: subcollector``) the workers see
+env steps only: the subcollector's slot counts the decisions (:func:`decisions`).
 """
 from __future__ import annotations
 
@@ -42,7 +47,8 @@ MEMORY = struct.Struct("=dqqq")  # the memory part of a slot, at offset 16
 STEPS = struct.Struct("=qdd")  # steps, their weighted mean duration, the baseline: at offset 48
 RESETS = struct.Struct("=q")  # at offset 72
 TIMED = struct.Struct(f"=qd{time_breakdown.BUCKETS}I")  # calls, their seconds, their histogram: at SLOT.size
-STRIDE = SLOT.size + TIMED.size  # one process's slot in a beats file
+ENV_STEPS = struct.Struct("=q")  # a worker's env steps (a chunk's each), a subcollector's decisions: after TIMED
+STRIDE = SLOT.size + TIMED.size + ENV_STEPS.size  # one process's slot in a beats file
 MEMORY_EVERY_S = 1.0  # a worker reads its memory at most this often while it steps
 BASELINE_STEPS = 50  # a worker's baseline step duration: the mean of its first steps
 EWMA_ALPHA = 0.05  # weight of the latest step in the mean (about the last 40 steps)
@@ -117,7 +123,7 @@ class Stamp:
         self.records_memory = memory
         self._next_memory = 0.0 if memory else float("inf")
         self._started = self._mean = self._baseline = 0.0
-        self._steps = self._resets = self._calls = 0
+        self._steps = self._resets = self._calls = self._env_steps = 0
         self._seconds = 0.0
 
     def close(self) -> None:
@@ -146,6 +152,11 @@ class Stamp:
         else:
             self._mean += EWMA_ALPHA * (min(seconds, EWMA_CLIP * self._mean) - self._mean)
         STEPS.pack_into(self._map, self._at + 48, self._steps, self._mean, self._baseline)
+
+    def env_steps(self, n: int = 1) -> None:
+        """``n`` more env steps (a worker's) or decisions (a subcollector's, :func:`decisions`)."""
+        self._env_steps += n
+        ENV_STEPS.pack_into(self._map, self._at + SLOT.size + TIMED.size, self._env_steps)
 
     def timed(self, seconds: float) -> None:
         """One more call of this slot's kind (:data:`TIMED`), of ``seconds``."""
@@ -211,9 +222,21 @@ def delivered() -> None:
         _mine["stamp"].end()
 
 
-def watch(env: Any, run: RunDir, worker: dict) -> None:
+def decisions(env: Any) -> None:
+    """In a subcollector whose ``ParallelEnv`` is under the stack: its decisions in its slot 0, one per worker at
+    each step of ``env`` (the transformed ``ParallelEnv``: every worker decides at each of its steps)."""
+    if "stamp" not in _mine:
+        return
+    from topo.runtime.transforms import count_steps
+
+    workers = int(env.batch_size.numel())
+    count_steps(env, lambda: _mine["stamp"].env_steps(workers))
+
+
+def watch(env: Any, run: RunDir, worker: dict, base: Any = None) -> None:
     """In an env worker: stamp its slot around every ``_step`` and ``_reset``, and its memory now, while it
-    steps and at ``close`` (instance attributes, no subclass). An env its subcollector builds for itself
+    steps and at ``close`` (instance attributes, no subclass); count ``base``'s steps as its env steps (the env
+    under ``env``'s transforms; None: ``env`` itself). An env its subcollector builds for itself
     (torchrl's default metadata, topo bench's ``legacy``) stamps no memory: the figures are the worker's."""
     file = path(run.path, worker.get("subcollector", -1), restart_number())
     if not os.path.exists(file):  # no beats file for this subcollector
@@ -228,8 +251,11 @@ def watch(env: Any, run: RunDir, worker: dict) -> None:
             return close(*args, **kwargs)
 
         env.close = closing
+    from topo.runtime.transforms import count_steps
+
     env._step = _stamped(stamp, env._step, stamp.end_step)
     env._reset = _stamped(stamp, env._reset, stamp.end_reset)
+    count_steps(env if base is None else base, stamp.env_steps)
 
 
 def _stamped(stamp: Stamp, call: Any, end: Any) -> Any:
@@ -260,6 +286,16 @@ def timed(run_dir: str, subcollector: int, restart: int) -> list[time_breakdown.
     slots = _slots(run_dir, subcollector, restart, TIMED, SLOT.size)
     return None if slots is None else [time_breakdown.Timed(calls, seconds, tuple(histogram))
                                        for calls, seconds, *histogram in slots]
+
+
+def steps(run_dir: str, subcollector: int, restart: int) -> tuple[list[int], list[int]] | None:
+    """(each slot's steps, each slot's :data:`ENV_STEPS`) of a subcollector's beats file (index 0 its own: no steps,
+    its decisions under a subcollector stack; ``1 + w`` worker ``w``'s), or None while it does not exist."""
+    slots, counts = _slots(run_dir, subcollector, restart), _slots(run_dir, subcollector, restart, ENV_STEPS,
+                                                                    SLOT.size + TIMED.size)
+    if slots is None or counts is None:
+        return None
+    return [slot[6] for slot in slots], [n for n, in counts]
 
 
 def read(run_dir: str, subcollector: int, restart: int) -> list[tuple[float, float]] | None:

@@ -39,6 +39,10 @@ def async_mode(spec: Spec, ctx: Context) -> list[Diagnostic]:
         out.append(error("async-needs-local-engine", f"async mode runs its env workers and server on this machine, "
                          f"not under engine {spec.placement.engine!r}", ("placement", "engine"),
                          "use placement.engine: local, " + MULTI))
+    if spec.transforms and spec.transforms_at == "subcollector":
+        out.append(error("async-transforms-at-subcollector", "env.transforms_at: subcollector wraps a subcollector's "
+                         "ParallelEnv, which async mode does not build (one collector over every env worker)",
+                         ("env", "transforms_at"), "use transforms_at: worker (each env worker's env), " + MULTI))
     if spec.wrote("collector", "sync") and not spec.sync:
         out.append(error("async-sync-unused", "collector.sync chooses between torchrl's multi collectors; async mode "
                          "has no barrier to drop", ("collector", "sync"), "remove collector.sync, " + MULTI))

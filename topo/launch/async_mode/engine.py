@@ -71,7 +71,8 @@ class AsyncEngine:
         setup, run = self.policy_setup, RunDir.current()
         rows = [row for sub in plan["subcollectors"] for row in sub["workers"]]
         layout = get_backend(plan["env"]["backend"]).layout(plan["env"]["kwargs"])
-        request, response, instruction = slots.slot_layouts(layout, setup.factory, setup.kwargs)
+        request, response, instruction = slots.slot_layouts(layout, setup.factory, setup.kwargs,
+                                                            plan["env"].get("transforms"))
         context = respawn.Context(multiprocessing.get_context("spawn"), len(rows),
                                   restarts=bool((plan["launch"].get("restarts") or {}).get("max")))
         if run is not None:

@@ -105,11 +105,13 @@ def served(factory: str | Callable, kwargs: dict, instruction_key: str | None) -
 
 
 
-def slot_layouts(layout: Layout, factory: str | Callable, kwargs: dict) -> tuple[TensorDict, TensorDict, str | None]:
+def slot_layouts(layout: Layout, factory: str | Callable, kwargs: dict,
+                 transforms: list[dict] | None = None) -> tuple[TensorDict, TensorDict, str | None]:
     """The request and response of one env (no batch dim), and the instruction key the policy reads (or None).
 
-    Raises :class:`UsageError` naming the factory when the policy declares no in_keys/out_keys or reads
-    a key the backend does not declare; runs before any worker starts."""
+    Raises :class:`UsageError` naming the factory when the policy declares no in_keys/out_keys, reads
+    a key the backend does not declare, or writes an action the envs under ``transforms`` do not take
+    (:func:`action_slot`); runs before any worker starts."""
     name = factory if isinstance(factory, str) else getattr(factory, "__qualname__", repr(factory))
     policy = policies.build(factory, kwargs)
     if not getattr(policy, "in_keys", None) or not getattr(policy, "out_keys", None):
@@ -133,8 +135,36 @@ def slot_layouts(layout: Layout, factory: str | Callable, kwargs: dict) -> tuple
     with torch.no_grad():
         output = probe(request.clone().unsqueeze(0))
     response = output.select(*policy.out_keys).squeeze(0).cpu()
+    action_slot(layout, transforms, response, name)
     response.set(VERSION_KEY, torch.zeros((), dtype=torch.long))
     return request, response, instruction
+
+
+def action_slot(layout: Layout, transforms: list[dict] | None, response: TensorDict, name: str) -> None:
+    """Check the response's action against what the workers' envs take, before any worker starts: the backend's
+    declared action, or under ``MultiAction`` a chunk of it (``[N, *action]`` at the key it reads: ``chunk_key``,
+    ``("vla_action", "chunk")`` for ``MultiAction.from_vla``). Raises :class:`UsageError` naming the policy
+    factory; a stack of ``module:callable`` items is not known here (their envs' own errors name them)."""
+    items = transforms or []
+    if any(":" in item["name"] for item in items):
+        return
+    multi = next((item for item in items if item["name"].split(".")[0] == "MultiAction"), None)
+    for key, (shape, _) in layout.action.items():
+        want, read = tuple(shape), tuple(key.split("."))
+        if multi is not None:
+            kwargs = multi.get("kwargs") or {}
+            chunk = kwargs.get("chunk_key") or (("vla_action", "chunk") if multi["name"].endswith(".from_vla")
+                                                 else kwargs.get("action_key") or key)
+            read = tuple(chunk.split(".")) if isinstance(chunk, str) else tuple(chunk)
+        value = response.get(read, None)
+        got = None if value is None else tuple(value.shape)
+        ok = got is not None and (got[1:] == want and len(got) == len(want) + 1 if multi is not None else got == want)
+        if not ok:
+            what = f"a chunk [N, {', '.join(map(str, want))}] at {'.'.join(read)} (MultiAction in env.transforms)" \
+                if multi is not None else f"{list(want)} at {'.'.join(read)}"
+            raise UsageError(f"policy factory {name} writes {'no ' + '.'.join(read) if got is None else list(got)}: "
+                             f"the envs take {what}; async mode's action slot is the policy's output (give the "
+                             "policy a chunk of N actions with MultiAction, one action without it)")
 
 
 def server_factory(factory: str | Callable, kwargs: dict, instruction_key: str | None) -> functools.partial:

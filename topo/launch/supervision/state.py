@@ -115,6 +115,7 @@ class RunState:
         self.recycles: list = []  # recycle.Recycle (health budgets), in the order they were decided
         # pids that ended because a peer died (topo.runtime.quiet): a consequence, never the failure named
         self.ended_by_peer: set[int] = set()
+        self.stacks: list[int] = []  # pids that built an env.transforms stack over an env (one per build)
         self._new_pids: list[tuple[int, float]] = []
 
     # -- reading records ------------------------------------------------------------------------
@@ -156,6 +157,9 @@ class RunState:
             elif m["pid"] != sub.pid:
                 sub.built_elsewhere.append(m["pid"])
             return
+        if name == "transforms":  # a subcollector's stack over its ParallelEnv
+            self.stacks.append(m["pid"])
+            return
         if name in ("policy", "server", "policy-failed"):
             role = "server" if name == "server" or m.get("role") == "server" else "subcollector"
             self.policies.append(PolicyProcess(role, m["pid"], m.get("subcollector"), m.get("traceback"), m["time"],
@@ -173,6 +177,8 @@ class RunState:
             w.constructed, w.seed, w.build_s = m["time"], m["seed"], m["seconds"]
             w.render_device = m.get("render_device")
             w.constructions.append((m["pid"], m["time"]))
+            if m.get("transforms"):
+                self.stacks.append(m["pid"])
         elif name == "failed":
             w.failed, w.failed_at = m["traceback"], m["time"]
         elif name == "closed":
