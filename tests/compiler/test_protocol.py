@@ -107,3 +107,23 @@ def test_eval_protocol_options_need_a_spec_and_a_protocol(tmp_path):
     assert refused.exit_code == 2 and "give the spec, not a saved plan" in refused.output, refused.output
     alone = CliRunner().invoke(main, ["eval", str(SPEC), "--suites", "libero_goal"])
     assert alone.exit_code == 2 and "give --protocol too" in alone.output, alone.output
+
+
+def test_variants_run_beside_each_suite_on_the_same_tasks_init_states_and_seeds():
+    data = copy.deepcopy(BASE)
+    data["eval"] = {"tasks": "libero_goal:0-1", "init_states": "0-1", "variants": ["swap", "lan"], "workers": 2,
+                    "max_episode_steps": 8}
+    plan = compile_dict(data)
+    assert plan["eval"]["variants"] == {"libero_goal_swap": "libero_goal", "libero_goal_lan": "libero_goal"}
+    got = {(ep["task_id"], ep["init_state_id"]): ep["seed"] for ep in episodes(plan)}
+    assert sorted({task.partition(":")[0] for task, _ in got}) == ["libero_goal", "libero_goal_lan", "libero_goal_swap"]
+    for (task, state), seed in got.items():
+        suite, _, rest = task.partition(":")
+        assert seed == got[(f"libero_goal:{rest}", state)]  # a pair differs by the perturbation alone
+    assert len(got) == 12 and len(set(got.values())) == 4
+
+
+def test_variants_under_the_protocol_run_at_their_base_suites_horizon():
+    plan = compile_dict(spec_with(suites=["libero_goal"], tasks=0, init_states=0, variants=["swap"], workers=1))
+    assert plan["eval"]["protocol"]["horizons"] == {"libero_goal": 300, "libero_goal_swap": 300}
+    assert [ep["task_id"] for ep in episodes(plan)] == ["libero_goal:0", "libero_goal_swap:0"]

@@ -205,3 +205,19 @@ def test_a_protocol_round_is_shaped_as_lerobot_eval_shapes_its_results_and_says_
     assert (r["overall"]["n_episodes"], r["overall"]["pc_success"], r["overall"]["eval_s"]) == (4, 75.0, 3.0)
     assert r["overall"]["ci95_pc"] == [round(100 * x, 2) for x in eval_results.wilson(3, 4)]
     assert "protocol libero, NARROWED (tasks 0): not comparable" in eval_results.table(r).splitlines()[1]
+
+
+def test_a_variant_is_paired_with_its_base_suite_episode_by_episode():
+    planned = {e: (0, 0, {"episode": e, "task_id": ["libero_goal:0", "libero_goal_swap:0"][e // 4], "instruction": "x",
+                          "init_state_id": e % 4, "trial": 0, "seed": e % 4}) for e in range(8)}
+    wins = {0: True, 1: True, 2: True, 3: False, 4: True, 5: False, 6: False, 7: False}
+    ended = {e: {"init_state_applied": e % 4, "success": wins[e], "length": 5, "return": 1.0, "acting_version": 0}
+             for e in range(8)}
+    r = eval_results.summarise({"held_out": [], "variants": {"libero_goal_swap": "libero_goal"}}, planned, ended,
+                               round_=1, step=None, version=None, acting_version=0, seconds=1.0)
+    (row,) = r["robustness"]
+    assert (row["suite"], row["variant"], row["pairs"], row["suite_rate"], row["variant_rate"], row["drop"]) == (
+        "libero_goal", "libero_goal_swap", 4, 0.75, 0.25, 0.5)
+    assert row["discordant"] == {"suite_only": 2, "variant_only": 0} and row["mcnemar_p"] == 0.5
+    assert "robustness libero_goal_swap: 25.0% against libero_goal's 75.0% on 4 paired episodes: a drop of 50.0%" \
+        in eval_results.table(r)

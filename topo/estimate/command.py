@@ -87,7 +87,7 @@ def eval_duration(plan: dict) -> str:
     section = {"subcollectors": plan["subcollectors"]}
     d = model.eval_duration(section, pace, os.cpu_count() or 1, backend.horizon_key if backend else None)
     hours, rest = divmod(round(d["seconds"]), 3600)
-    return (f"expected here: at most {hours} h {rest // 60} min ({d['episodes']} episodes, each to its horizon: "
+    return (f"expected here: at most {hours} h {rest // 60} min ({d['episodes']} episode(s), each to its horizon: "
             f"{d['steps']} steps over {d['workers']} eval workers on {d['cores']} cores, bound by {d['bound_by']}; "
             f"from {how}: a step {pace.step_mean * 1000:.0f} ms, a forward {pace.forward * 1000:.0f} ms)")
 
