@@ -28,8 +28,9 @@ pytestmark = pytest.mark.slow
 def async_spec(tmp_path, launch: dict | None = None, **sections):
     """Toy 2 x 2 in async mode; ``launch``: keys added to the launch section."""
     launch = {**LAUNCH_LIMITS, "startup_timeout": 600, **(launch or {})}  # spawned workers: N torch imports
+    sections = {"policy": POLICY, **sections}
     return write(tmp_path / "async.yaml", toy_spec(2, 2, collector={"mode": "async", "frames_per_batch": 16},
-                                                   policy=POLICY, launch=launch, **sections))
+                                                   launch=launch, **sections))
 
 
 def train(spec, report, *args, paths=()) -> list[dict]:
@@ -70,6 +71,19 @@ def test_async_rows_records_and_report(tmp_path):
                            capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert "push left" in shown.stdout and "push right" in shown.stdout
+
+
+def test_an_async_run_behind_a_100_ms_forward_is_called_inference_bound(tmp_path):
+    """Each worker's own wait for the server, between its steps, is the run's inference wait (async mode has no
+    subcollector calling a policy)."""
+    slow = {"factory": "slow_policy:make", "kwargs": {"delay": 0.1, **POLICY["kwargs"]}}
+    spec = async_spec(tmp_path, policy=slow)
+    events = train(spec, tmp_path / "report", 4)
+    (after,) = [e for e in events if e["event"] == "after"]
+    figures = after["report"]["time_breakdown"]
+    assert figures["verdict"] == "inference-bound", figures["line"]
+    for row in figures["subcollectors"]:
+        assert row["inference_wait_ms"]["p50"] >= 90 > row["env_step_ms"]["p50"], row
 
 
 def test_a_killed_async_worker_is_named_by_its_row_and_nothing_is_left(tmp_path):

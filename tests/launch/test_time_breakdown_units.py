@@ -101,3 +101,25 @@ def test_a_heartbeat_slot_times_steps_and_policy_calls(tmp_path, monkeypatch):
     assert (w0.count, w1.count) == (0, 3) and sum(w1.histogram) == 3
     assert heartbeat.health(run.path, 0, 0)[1].steps == 3  # the figures before it are where they were
     assert heartbeat.timed(run.path, 1, 0) is None
+
+
+def test_an_async_workers_waits_between_its_steps_are_timed_in_its_slot(tmp_path, monkeypatch):
+    """A waiting worker times from each end (a step's or a reset's) to its next step's start; its waits, not its
+    steps, are what an async subcollector waited for inference, per worker."""
+    now = iter([10.0, 10.1, 10.3, 10.4, 10.9, 11.0])  # reset start/end, step, step: waits 0.2 s and 0.5 s
+    monkeypatch.setattr(heartbeat.time, "time", lambda: next(now))
+    run = RunDir(str(tmp_path))
+    heartbeat.create(run.path, 0, 0, 1)
+    worker = heartbeat.Stamp(heartbeat.path(run.path, 0, 0), 1)
+    worker.waiting = True
+    worker.start()
+    worker.end_reset()
+    for _ in range(2):
+        worker.start_step()
+        worker.end_step()
+    (_, waited) = heartbeat.waits(run.path, 0, 0)
+    assert waited.count == 2 and waited.seconds == pytest.approx(0.7)
+    assert heartbeat.timed(run.path, 0, 0)[1].count == 2  # its steps, as before
+    out = tb.breakdown([{"subcollector": 0, "workers": 2, "env": timed(0.01, 0.01), "policy": timed(0.1, 0.1, 0.1, 0.1),
+                         "per_worker": True}], QUICK_TRAINER, None)
+    assert out["verdict"] == "inference-bound" and "stepped 0.01 s while it waited 0.20 s" in out["line"]

@@ -24,10 +24,13 @@ its baseline (the mean of its first :data:`BASELINE_STEPS` steps), and its reset
 Past those figures (:data:`TIMED`) each slot times one kind of call for :mod:`topo.runtime.time_breakdown`: a worker's
 env steps, a subcollector's policy calls (:func:`policy_call`): their count, total seconds and histogram.
 
-Last (:data:`ENV_STEPS`), a worker's env steps as its base env took them: under an ``env.transforms`` stack with
+Then (:data:`ENV_STEPS`), a worker's env steps as its base env took them: under an ``env.transforms`` stack with
 ``MultiAction`` a step of the worker (a decision) is up to a chunk of env steps, each counted where it runs, not
 computed. With the stack over the subcollector's ``ParallelEnv`` (``transforms_at: subcollector``) the workers see
 env steps only: the subcollector's slot counts the decisions (:func:`decisions`).
+
+Last (:data:`WAITS`), in async mode, where each env worker's own loop asks the inference server between its
+steps (:func:`inference_in_worker`): each wait, from the end of its step or reset to the start of its next step.
 """
 from __future__ import annotations
 
@@ -48,7 +51,9 @@ STEPS = struct.Struct("=qdd")  # steps, their weighted mean duration, the baseli
 RESETS = struct.Struct("=q")  # at offset 72
 TIMED = struct.Struct(f"=qd{time_breakdown.BUCKETS}I")  # calls, their seconds, their histogram: at SLOT.size
 ENV_STEPS = struct.Struct("=q")  # a worker's env steps (a chunk's each), a subcollector's decisions: after TIMED
-STRIDE = SLOT.size + TIMED.size + ENV_STEPS.size  # one process's slot in a beats file
+WAITS = TIMED  # an async worker's waits for inference, after ENV_STEPS
+WAITS_AT = SLOT.size + TIMED.size + ENV_STEPS.size
+STRIDE = WAITS_AT + WAITS.size  # one process's slot in a beats file
 MEMORY_EVERY_S = 1.0  # a worker reads its memory at most this often while it steps
 BASELINE_STEPS = 50  # a worker's baseline step duration: the mean of its first steps
 EWMA_ALPHA = 0.05  # weight of the latest step in the mean (about the last 40 steps)
@@ -123,8 +128,9 @@ class Stamp:
         self.records_memory = memory
         self._next_memory = 0.0 if memory else float("inf")
         self._started = self._mean = self._baseline = 0.0
-        self._steps = self._resets = self._calls = self._env_steps = 0
-        self._seconds = 0.0
+        self._steps = self._resets = self._calls = self._env_steps = self._waits = 0
+        self._seconds = self._waited = self._ended = 0.0
+        self.waiting = False  # its steps' starts time the wait since its last end (:func:`inference_in_worker`)
 
     def close(self) -> None:
         """Unmap the file (and close the descriptor the map holds)."""
@@ -134,8 +140,19 @@ class Stamp:
         self._started = time.time()
         struct.pack_into("=d", self._map, self._at, self._started)
 
+    def start_step(self) -> None:
+        """:meth:`start` of an env step; a waiting worker's wait since its last end, timed (:data:`WAITS`)."""
+        self.start()
+        if self.waiting and self._ended:
+            seconds = self._started - self._ended
+            self._waits += 1
+            self._waited += seconds
+            struct.pack_into("=qd", self._map, self._at + WAITS_AT, self._waits, self._waited)
+            at = self._at + WAITS_AT + 16 + 4 * time_breakdown.bucket(seconds)
+            struct.pack_into("=I", self._map, at, struct.unpack_from("=I", self._map, at)[0] + 1)
+
     def end(self) -> float:
-        now = time.time()
+        now = self._ended = time.time()
         struct.pack_into("=d", self._map, self._at + 8, now)
         if now >= self._next_memory:
             self.memory(now)
@@ -204,6 +221,12 @@ def asker(run_dir: str, subcollector: int, restart: int) -> Stamp | None:
     return Stamp(file, 0) if os.path.exists(file) else None
 
 
+def inference_in_worker() -> None:
+    """In an async env worker, before its env is built: its loop asks the inference itself, so :func:`watch` times
+    its waits between steps (:data:`WAITS`)."""
+    _mine["waits"] = True
+
+
 def policy_call(seconds: float) -> None:
     """The subcollector's policy answered a call in ``seconds`` (its slot 0's :data:`TIMED`)."""
     if "stamp" in _mine and _mine.get("pid") == os.getpid():
@@ -253,15 +276,16 @@ def watch(env: Any, run: RunDir, worker: dict, base: Any = None) -> None:
         env.close = closing
     from topo.runtime.transforms import count_steps
 
-    env._step = _stamped(stamp, env._step, stamp.end_step)
-    env._reset = _stamped(stamp, env._reset, stamp.end_reset)
+    stamp.waiting = bool(_mine.get("waits"))
+    env._step = _stamped(stamp.start_step, env._step, stamp.end_step)
+    env._reset = _stamped(stamp.start, env._reset, stamp.end_reset)
     count_steps(env if base is None else base, stamp.env_steps)
 
 
-def _stamped(stamp: Stamp, call: Any, end: Any) -> Any:
-    """``call`` with ``stamp`` started before it and ``end`` (a step's or a reset's) after it, whatever happens."""
+def _stamped(start: Any, call: Any, end: Any) -> Any:
+    """``call`` with ``start`` before it and ``end`` (a step's or a reset's) after it, whatever happens."""
     def stamped(*args: Any, **kwargs: Any) -> Any:
-        stamp.start()
+        start()
         try:
             return call(*args, **kwargs)
         finally:
@@ -284,6 +308,14 @@ def timed(run_dir: str, subcollector: int, restart: int) -> list[time_breakdown.
     """Each slot's timed calls (index 0: the subcollector's policy calls; ``1 + w``: worker ``w``'s env steps)
     from a subcollector's beats file, or None while it does not exist."""
     slots = _slots(run_dir, subcollector, restart, TIMED, SLOT.size)
+    return None if slots is None else [time_breakdown.Timed(calls, seconds, tuple(histogram))
+                                       for calls, seconds, *histogram in slots]
+
+
+def waits(run_dir: str, subcollector: int, restart: int) -> list[time_breakdown.Timed] | None:
+    """Each slot's waits for inference (:data:`WAITS`: async workers' only; index ``1 + w``: worker ``w``), or None
+    while the beats file does not exist."""
+    slots = _slots(run_dir, subcollector, restart, WAITS, WAITS_AT)
     return None if slots is None else [time_breakdown.Timed(calls, seconds, tuple(histogram))
                                        for calls, seconds, *histogram in slots]
 

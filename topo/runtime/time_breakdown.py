@@ -10,7 +10,8 @@ times each batch it waits for and the time it takes before asking for the next (
 The verdict, for the loop as a whole: **trainer-bound** when the trainer holds the collector at least as
 long as the collector takes to collect (its share of the loop >= ``TRAINER_BOUND``); otherwise
 **inference-bound** when the subcollectors wait on their policy calls longer than their envs step (each
-worker's steps, averaged over a subcollector's workers), else **env-bound**.
+worker's steps, averaged over a subcollector's workers; in async mode, each worker's own waits for the server
+against its steps), else **env-bound**.
 """
 from __future__ import annotations
 
@@ -111,14 +112,15 @@ class Pace:
 def breakdown(subcollectors: Sequence[dict[str, Any]], pace: dict[str, Any] | None,
               server: dict[str, Any] | None) -> dict[str, Any]:
     """The run's time breakdown. ``subcollectors``: per subcollector ``{"subcollector", "workers", "env": Timed
-    (its workers' steps, merged), "policy": Timed (its policy calls)}``; ``pace``: :meth:`Pace.figures`;
-    ``server``: torchrl's server ``stats()`` (None: no server)."""
+    (its workers' steps, merged), "policy": Timed (its policy calls; with ``"per_worker": True``, its workers' own
+    waits for inference, merged: async mode)}``; ``pace``: :meth:`Pace.figures`; ``server``: torchrl's server
+    ``stats()`` (None: no server)."""
     rows = []
     env_s = policy_s = 0.0
     for sub in subcollectors:
         env, policy, workers = sub["env"], sub["policy"], max(1, sub["workers"])
         env_s += env.seconds / workers  # the time a worker of it spent stepping
-        policy_s += policy.seconds
+        policy_s += policy.seconds / (workers if sub.get("per_worker") else 1)  # what a worker of it waited
         rows.append({"subcollector": sub["subcollector"], "env_step_ms": env.figures(),
                      "inference_wait_ms": policy.figures()})
     served = None

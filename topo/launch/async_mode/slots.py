@@ -27,6 +27,7 @@ from topo.backends.base import INSTRUCTION_BYTES, Layout
 from topo.errors import UsageError
 from topo.launch import policy as policies
 from topo.launch.instruction_bytes import INSTRUCTION_KEY, decode, encode
+from topo.runtime import heartbeat
 from topo.runtime.rundir import RunDir
 from topo.worker import make_env as make_worker_env
 
@@ -40,6 +41,7 @@ def make_env(instruction_key: str | None = None, **kwargs: Any):
     """The env factory of every async worker: :func:`topo.worker.make_env` over the row's kwargs; when the policy
     reads ``instruction_key``, its reset and step results carry that instruction as bytes too (instance
     attributes, no subclass: what the worker records and stamps is untouched). Module level: picklable."""
+    heartbeat.inference_in_worker()  # this worker's loop waits for the server between its steps: timed
     env = make_worker_env(**kwargs)
     _row.update(kwargs.get("worker") or {})
     gc.freeze()  # see the module's docstring
