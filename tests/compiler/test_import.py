@@ -490,8 +490,61 @@ def test_the_recipes_transform_stack_is_written_in_each_worker(tmp_path):
     assert "GripperPostProcessTransform" in result.stderr and "ActionTokenizerTransform" in result.stderr
 
 
+def written_stack(result) -> list[str]:
+    """The spec's env.transforms lines, as written."""
+    lines = result.stdout.splitlines()
+    start = lines.index("  transforms:") + 1
+    return [line for line in lines[start:] if line.startswith("    - ")]
+
+
+def test_a_token_policys_tokens_are_decoded_after_multiaction_in_each_worker(tmp_path):
+    """policy.backend tiny emits ("vla_action", "tokens"): the recipe decodes them in each env with
+    ActionTokenizerTransform(UniformActionTokenizer(tokenizer.vocab_size, low=-1.0, high=1.0)) after MultiAction."""
+    overrides = ("policy.backend=tiny", "tokenizer.vocab_size=64", "env.max_outer_steps=8")
+    result = run_import(write_config(tmp_path), *[a for o in overrides for a in ("--set", o)])
+    assert written_stack(result) == [
+        "    - {MultiAction: {stack_rewards: false}} # env.chunk_size: 8 env steps per decision, the policy's chunk, "
+        "which MultiAction unbinds; in each worker, as the recipe's collector wraps its envs",
+        "    - {'topo.recipes.vla_grpo:action_tokens': {vocab_size: 64, low: -1.0, high: 1.0}} # tokenizer.vocab_size: "
+        "the tiny policy's ('vla_action', 'tokens') decoded to its chunk; low, high: the recipe's "
+        "UniformActionTokenizer bounds (no key) (--set)",
+        "    - SuccessReward                 # the recipe's decision reward, its outer success flag (no key)",
+        "    - {StepCounter: {max_steps: 8}} # env.max_outer_steps: decisions per episode (--set)"]
+    _, plan = imported_plan(tmp_path, *overrides)
+    stack = [{"name": "MultiAction", "kwargs": {"stack_rewards": False}},
+             {"name": "topo.recipes.vla_grpo:action_tokens", "kwargs": {"vocab_size": 64, "low": -1.0, "high": 1.0}},
+             {"name": "SuccessReward", "kwargs": {}}, {"name": "StepCounter", "kwargs": {"max_steps": 8}}]
+    assert (plan["env"]["transforms"], plan["env"]["transforms_at"]) == (stack, "worker")
+    assert all(row["kwargs"]["transforms"] == stack for row in rows(plan))
+    assert "tokenizer" not in result.stderr.split("not expressed", 1)[1] and "policy.mode is" not in result.stderr
+
+
+def test_a_token_policys_imported_spec_validates_and_names_its_decoding_as_code(tmp_path):
+    out = tmp_path / "spec.yaml"
+    assert run_import(write_config(tmp_path), "--set", "policy.backend=tiny", "-o", out).exit_code == 0
+    checked = run("validate", out)
+    assert checked.exit_code == 0 and "0 error(s)" in checked.output
+    planned = run("plan", out, "--dry-run")
+    assert planned.exit_code == 0
+    assert "note: launching this plan imports topo.envs.libero (env builder topo.envs.libero:build) and " \
+           "topo.recipes.vla_grpo (env transform topo.recipes.vla_grpo:action_tokens)" in planned.output
+
+
+def test_a_bad_vocab_size_exits_2_located(tmp_path):
+    result = run_import(write_config(tmp_path), "--set", "policy.backend=tiny", "--set", "tokenizer.vocab_size=0")
+    assert result.exit_code == 2
+    assert "error import-type at tokenizer.vocab_size: tokenizer.vocab_size must be a positive integer, got 0" \
+        in result.output
+
+
 def test_openvla_l1_decodes_in_the_policy_and_multiaction_reads_its_chunk(tmp_path):
+    result = run_import(write_config(tmp_path), "--set", "policy.mode=l1")
+    assert written_stack(result) == [
+        "    - {MultiAction.from_vla: {stack_rewards: false}} # env.chunk_size: 8 env steps per decision, the "
+        "policy's chunk, which MultiAction unbinds; in each worker, as the recipe's collector wraps its envs",
+        "    - SuccessReward                 # the recipe's decision reward, its outer success flag (no key)",
+        "    - {StepCounter: {max_steps: 64}} # env.max_outer_steps: decisions per episode"]
     _, plan = imported_plan(tmp_path, "policy.mode=l1")
     assert plan["env"]["transforms"][0] == {"name": "MultiAction.from_vla", "kwargs": {"stack_rewards": False}}
-    result = run_import(write_config(tmp_path), "--set", "policy.mode=l1")
     assert "policy.mode is" not in result.stderr
+    assert "not expressed: tokenizer.vocab_size: the action tokenizer" in result.stderr  # unused: no tokens

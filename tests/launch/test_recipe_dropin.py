@@ -105,6 +105,27 @@ def test_the_plan_is_the_imported_specs_unless_a_spec_is_given(tmp_path, monkeyp
     assert plan_of(cfg)["name"] == "toy-1x2"
 
 
+def test_the_imported_token_decoding_is_the_recipes_tokenizer_transform(tmp_path):
+    """A token policy's imported stack builds, in topo's runtime, the recipe's ActionTokenizerTransform(
+    UniformActionTokenizer(tokenizer.vocab_size, low=-1.0, high=1.0)) after MultiAction: the policy's tokens decode
+    to the bin centres of [-1, 1]."""
+    from torchrl.data.vla import UniformActionTokenizer
+    from torchrl.envs import ActionTokenizerTransform, MultiAction
+
+    from topo.runtime.transforms import build_stack
+
+    _, plan = imported_plan(tmp_path, "policy.backend=tiny", "tokenizer.vocab_size=64")
+    stack = build_stack(plan["env"]["transforms"])
+    assert [type(t).__name__ for t in stack] == ["MultiAction", "ActionTokenizerTransform", "SuccessReward",
+                                                 "StepCounter"]
+    assert isinstance(stack[0], MultiAction) and isinstance(stack[1], ActionTokenizerTransform)
+    tokens = TensorDict({("vla_action", "tokens"): torch.tensor([[0, 31], [32, 63]])}, batch_size=[])
+    recipe = ActionTokenizerTransform(UniformActionTokenizer(64, low=-1.0, high=1.0))
+    decoded = stack[1].inv(tokens.clone())["action"]
+    assert decoded.tolist() == [[-0.984375, -0.015625], [0.015625, 0.984375]]  # -1 + (k + 0.5) * 2 / 64
+    assert torch.equal(decoded, recipe.inv(tokens.clone())["action"])
+
+
 def test_the_served_copy_is_the_trainers_policy_as_it_was_with_storage_of_its_own():
     policy = make(**TINY)
     factory = pickle.loads(pickle.dumps(ServedCopy(policy)))  # as it reaches the server process

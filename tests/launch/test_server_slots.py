@@ -122,5 +122,24 @@ def test_a_policy_reading_an_undeclared_key_is_refused_when_the_server_starts(tm
         placement._packing(policy, lay, None)
 
 
+def test_a_sync_before_the_trainers_first_forward_pushes_all_but_its_unmaterialised_lazy_layers():
+    """The served copy of a lazy policy (the recipe's TinyVLA) is materialised by the server's packing forward; the
+    trainer's lazy layers hold nothing until its own first forward: a sync leaves them to the copy (pushed as they
+    are, they do not fit it), and pushes every tensor once they are materialised."""
+    trainer = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LazyLinear(2))
+    served = pickle.loads(pickle.dumps(trainer))
+    served(torch.zeros(1, 3))
+    weights = TensorDict.from_module(trainer).data
+    with pytest.raises(RuntimeError, match="must match the size"):
+        TensorDict.from_module(served).data.clone().update_(weights)
+    pushed = placement.materialized(weights, trainer)
+    assert sorted(pushed.keys(True, True)) == [("0", "bias"), ("0", "weight")]
+    TensorDict.from_module(served).data.update_(pushed)
+    assert torch.equal(served[0].weight, trainer[0].weight)
+    trainer(torch.zeros(1, 3))
+    assert len(placement.materialized(TensorDict.from_module(trainer).data, trainer).keys(True, True)) == 4
+    assert placement.materialized(pushed, None) is pushed  # no trainer's policy to read: the weights as given
+
+
 def test_inherited_unpickles_as_what_it_holds():
     assert pickle.loads(pickle.dumps(server_slots.Inherited({"a": 1}))) == {"a": 1}

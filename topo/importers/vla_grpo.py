@@ -11,9 +11,9 @@ deliberate differences, said in the spec and on stderr: its eval seed ``env.seed
 1's, so the eval seeds start after the training ones instead; and it evaluates its training tasks, which
 topo keeps but warns about (``eval-on-train-tasks``: held-out tasks are the alternative).
 
-The recipe's chunk-decision stack (``env.chunk_size``, ``env.max_outer_steps``) becomes ``env.transforms`` in each
-worker (``transforms_at: worker``, the default): the recipe's collector wraps each worker's env, not its
-ParallelEnv (:func:`_transforms`).
+The recipe's chunk-decision stack (``env.chunk_size``, ``env.max_outer_steps``, and for a token policy
+``tokenizer.vocab_size``) becomes ``env.transforms`` in each worker (``transforms_at: worker``, the default): the
+recipe's collector wraps each worker's env, not its ParallelEnv (:func:`_transforms`).
 """
 from __future__ import annotations
 
@@ -47,6 +47,7 @@ LEFT_OUT = {
     ("logger", "eval_device"): "the device of the recipe's eval policy (topo: policy.device)",
 }
 BUSY_POLICIES = ("skip", "queue", "error")
+ACTION_TOKENS = "topo.recipes.vla_grpo:action_tokens"  # the recipe's uniform token decoding, as a transform
 #: whole sections a spec does not express (the keys topo maps from policy and logger are taken out first)
 SECTIONS = {
     "tokenizer": "the action tokenizer", "policy": "the policy", "advantage": "the GRPO advantage and selection",
@@ -146,11 +147,8 @@ def convert(config: Config, name: str) -> Imported:
         entries.append((("env", "kwargs", "env_kwargs"), v["env_kwargs"], o(("env", "env_kwargs"))))
     else:
         r.default(("env", "env_kwargs"), v["env_kwargs"], "no robosuite kwargs")
-    stack, token_path = _transforms(config, v)
-    entries.append((("env", "transforms"), stack, o(("env", "chunk_size"), f": {v['chunk']} env steps per decision, "
-                                                     "the policy's chunk, which MultiAction unbinds; ")
-                    + o(("env", "max_outer_steps"), ": StepCounter's max_steps (decisions); in each worker, as the "
-                        "recipe's collector wraps its envs")))
+    stack, token_path = _transforms(r, v)
+    entries += stack
     if v["wrist"]:
         entries.append((("env", "kwargs", "wrist_camera"), "robot0_eye_in_hand",
                         o(("policy", "use_wrist_image"), ": true")))
@@ -230,6 +228,8 @@ def _read(r: _Reader) -> dict[str, Any]:
         "wrist": r.get(("policy", "use_wrist_image"), flag, "true or false"),
         "exp_name": r.get(("logger", "exp_name"), lambda x: x is None or isinstance(x, str), "a name", required=False),
     }
+    if _get(r.config.data, ("policy", "backend"))[0] != "openvla":  # the env decodes its tokens (_transforms)
+        v["vocab"] = r.get(("tokenizer", "vocab_size"), _positive, "a positive integer")
     v["fallback"] = r.get(("env", "render_gpu_device_zero_fallback"), flag, "true or false", required=bool(v["ids"]),
                           default=False)
     # the evaluation (the recipe's make_evaluator): optional, so that older configs still import
@@ -251,27 +251,39 @@ def _read(r: _Reader) -> dict[str, Any]:
     return v
 
 
-def _transforms(config: Config, v: dict[str, Any]) -> tuple[list, list[str]]:
-    """The recipe's chunk-decision stack (utils.py ``_chunk_transform``), and what of it a spec cannot hold.
+def _transforms(r: _Reader, v: dict[str, Any]) -> tuple[list, list[str]]:
+    """The recipe's chunk-decision stack (utils.py ``_chunk_transform``) as ``env.transforms`` entries, one item a
+    line, and what of it a spec cannot hold.
 
     The recipe's collector wraps each worker's env in it (``_make_collector_env``: a ParallelEnv of
-    ``TransformedEnv`` workers), so the spec keeps ``transforms_at``'s default, ``worker``. With the policy's
-    tokens decoded in the env (every policy but OpenVLA's ``mode: l1``), the recipe puts its token path after
-    ``MultiAction``: OpenVLA's gripper post-process, then ``ActionTokenizerTransform(tokenizer)``, whose
-    tokenizer is an object the policy gives (its checkpoint's codec, or a uniform one), no spec value: the
-    spec writes the rest of the stack, and says so. The policy keys are read here, not accounted for: the
-    policy stays "not expressed".
+    ``TransformedEnv`` workers), so the spec keeps ``transforms_at``'s default, ``worker``. Every policy but
+    OpenVLA's emits tokens that the env decodes, with ``ActionTokenizerTransform`` after ``MultiAction``: the tiny
+    policy's tokenizer is ``UniformActionTokenizer(tokenizer.vocab_size, low=-1.0, high=1.0)``
+    (``make_action_tokenizer``), which :func:`topo.recipes.vla_grpo.action_tokens` builds from those values;
+    OpenVLA's ``mode: tokens`` decodes with its checkpoint's codec and gripper post-process, objects its policy
+    gives, no spec value: the spec leaves both out, and says so. ``mode: l1`` decodes in the policy. The policy
+    keys are read here, not accounted for: the policy stays "not expressed".
     """
-    backend, mode = _get(config.data, ("policy", "backend"))[0], _get(config.data, ("policy", "mode"))[0]
-    tail = ["SuccessReward", {"StepCounter": {"max_steps": v["outer"]}}]
-    if backend == "openvla" and mode == "l1":
-        return [{"MultiAction.from_vla": {"stack_rewards": False}}] + tail, []
-    gripper = "OpenVLA's GripperPostProcessTransform (openvla.py), then " if backend == "openvla" else ""
-    return [{"MultiAction": {"stack_rewards": False}}] + tail, [
-        f"env.transforms: policy.mode is {mode!r}: the recipe decodes the policy's action tokens in each env, "
-        f"with {gripper}ActionTokenizerTransform(tokenizer) after MultiAction; the tokenizer is the policy's object, "
-        "not spec data, so the spec leaves both out: decode in the policy, or add a package.module:callable "
-        "building them"]
+    o, path = r.origin, ("env", "transforms")
+    backend, mode = _get(r.config.data, ("policy", "backend"))[0], _get(r.config.data, ("policy", "mode"))[0]
+    chunk = o(("env", "chunk_size"), f": {v['chunk']} env steps per decision, the policy's chunk, which "
+              "MultiAction unbinds; in each worker, as the recipe's collector wraps its envs")
+    stack: list[tuple[Any, str]] = [({"MultiAction.from_vla" if (backend, mode) == ("openvla", "l1") else
+                                      "MultiAction": {"stack_rewards": False}}, chunk)]
+    differs = []
+    if backend != "openvla":
+        stack.append(({ACTION_TOKENS: {"vocab_size": v["vocab"], "low": -1.0, "high": 1.0}},
+                      o(("tokenizer", "vocab_size"), f": the {backend} policy's ('vla_action', 'tokens') decoded to "
+                        "its chunk; low, high: the recipe's UniformActionTokenizer bounds (no key)")))
+    elif mode != "l1":
+        differs.append(f"env.transforms: policy.mode is {mode!r}: the recipe decodes the policy's action tokens in "
+                       "each env, with OpenVLA's GripperPostProcessTransform (openvla.py), then "
+                       "ActionTokenizerTransform(tokenizer) after MultiAction; the tokenizer is the checkpoint's "
+                       "codec, an object of the policy, not spec data, so the spec leaves both out: decode in the "
+                       "policy, or add a package.module:callable building them")
+    stack += [("SuccessReward", "the recipe's decision reward, its outer success flag (no key)"),
+              ({"StepCounter": {"max_steps": v["outer"]}}, o(("env", "max_outer_steps"), ": decisions per episode"))]
+    return [(path + (i,), item, comment) for i, (item, comment) in enumerate(stack)], differs
 
 
 def _render(r: _Reader, gl: str | None, ids: list[int] | None, fallback: bool) -> tuple[list, list[Diagnostic]]:

@@ -10,18 +10,20 @@ COMMENT_COLUMN = 36
 WIDTH = 110
 
 
-def document(entries: Iterable[tuple[tuple[str, ...], Any, str | None]], header: Iterable[str] = (),
+def document(entries: Iterable[tuple[tuple[str | int, ...], Any, str | None]], header: Iterable[str] = (),
              footer: Iterable[str] = ()) -> str:
     """Block mappings from ``(key path, value, comment)`` entries, given grouped by parent, each value in flow
-    style; ``header`` and ``footer`` lines become comment paragraphs (a line starting with two spaces is an item)."""
+    style, a path ending in an index a block list's item (given in order); ``header`` and ``footer`` lines become
+    comment paragraphs (a line starting with two spaces is an item)."""
     lines = comments(header)
-    opened: set[tuple[str, ...]] = set()
+    opened: set[tuple[str | int, ...]] = set()
     for path, value, comment in entries:
         for depth in range(len(path) - 1):
             if path[: depth + 1] not in opened:
                 opened.add(path[: depth + 1])
                 lines.append("  " * depth + f"{path[depth]}:")
-        text = "  " * (len(path) - 1) + f"{path[-1]}: {flow(value)}"
+        key = "-" if isinstance(path[-1], int) else f"{path[-1]}:"  # an int last: an item of the parent's list
+        text = "  " * (len(path) - 1) + f"{key} {flow(value)}"
         lines.append(f"{text.ljust(COMMENT_COLUMN - 1)} # {comment}" if comment else text)
     return "\n".join(lines + comments(footer)) + "\n"
 

@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import torch
 from tensordict import TensorDict, TensorDictBase
+from torch.nn.parameter import is_lazy
 from tensordict.nn import TensorDictModuleBase
 
 from topo.runtime import heartbeat
@@ -167,6 +168,19 @@ def in_server(factory: str | Callable, kwargs: dict, notes=None, slots: server_s
         policy.register_forward_pre_hook(functools.partial(_decoded, slots))
         policy.register_forward_hook(functools.partial(_packed, packing))
     return policy
+
+
+def materialized(weights: TensorDictBase, module: Any) -> TensorDictBase:
+    """``weights`` less the tensors of ``module``'s lazy layers not materialized yet (a trainer's before its first
+    forward, TinyVLA's): they hold no value to push, and the served copy, materialized by its own first forward
+    (:func:`_packing`'s), keeps its own, as the recipe's server does."""
+    if not isinstance(module, torch.nn.Module):
+        return weights
+    lazy = [name for name, t in [*module.named_parameters(), *module.named_buffers()] if is_lazy(t)]
+    if not lazy:
+        return weights
+    flat = weights.flatten_keys(".")
+    return flat.exclude(*[name for name in lazy if name in flat.keys()]).unflatten_keys(".")
 
 
 def _packing(policy, slots: server_slots.Layout, device: str | None) -> list:
@@ -374,9 +388,8 @@ class Placement:
         source = self.trainer_policy if policy_or_weights is None else policy_or_weights
         if source is None:
             raise UsageError("no weights to push: pass policy= to topo.collector, or weights to update_weights()")
-        if isinstance(source, TensorDictBase):
-            return source.data
-        return TensorDict.from_module(source).data
+        weights = source.data if isinstance(source, TensorDictBase) else TensorDict.from_module(source).data
+        return materialized(weights, source if isinstance(source, torch.nn.Module) else self.trainer_policy)
 
     def server_stats(self, timeout: float = 1.0) -> dict | None:
         """The server's figures now (torchrl's ``stats()``: forward and queue p50/p95, requests per forward), or as

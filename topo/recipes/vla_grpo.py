@@ -45,8 +45,8 @@ def make_collector(cfg: Any, policy: Any, device: Any = None, *, tokenizer: Any 
                    post_collect_hook: Callable | None = None, spec: str | os.PathLike | None = None,
                    policy_factory: str | Callable | None = None, **options: Any) -> tuple[Any, Any, Any]:
     """``(collector, policy_server, eval_policy)``, as the recipe's ``make_collector`` returns them, from a topo plan
-    (see the module docstring). ``tokenizer`` is the recipe's: a topo plan's env takes the policy's actions as they
-    are, so it is not used. The run has started when this returns."""
+    (see the module docstring). ``tokenizer`` is the recipe's object: a plan's ``env.transforms`` build their own
+    from its values (:func:`action_tokens`), so it is not used. The run has started when this returns."""
     import topo
 
     plan = served(plan_of(cfg, spec), device)
@@ -101,6 +101,17 @@ def imported_spec(cfg: Any) -> str:
     with open(spec_path, "w") as f:
         f.write(imported.text)
     return spec_path
+
+
+def action_tokens(vocab_size: int, low: float = -1.0, high: float = 1.0) -> Any:
+    """The recipe's token decoding as an env transform (``env.transforms``, after ``MultiAction``): torchrl's
+    ``ActionTokenizerTransform`` over a ``UniformActionTokenizer`` of ``vocab_size`` bins a dimension on
+    ``[low, high]``, the tokenizer the recipe's ``make_action_tokenizer`` gives every policy but OpenVLA's. Its
+    inverse decodes the policy's ``("vla_action", "tokens")`` into the chunk ``MultiAction`` unbinds."""
+    from torchrl.data.vla import UniformActionTokenizer
+    from torchrl.envs import ActionTokenizerTransform
+
+    return ActionTokenizerTransform(UniformActionTokenizer(vocab_size, low=low, high=high))
 
 
 def served(plan: dict[str, Any], device: Any = None) -> dict[str, Any]:
