@@ -231,3 +231,39 @@ def test_asking_a_restarted_subcollector_holds_one_heartbeat_map_not_one_a_life(
     assert stamped > 0  # the current life's slot 0 is the one asked
     port.close()
     assert fds() == held - 1
+
+
+def test_teardown_ends_a_forkserver_whose_subcollector_exited_before_it_noticed(monkeypatch):
+    """A subcollector's forkserver outlives it until it polls its pipe (seconds on a loaded machine): teardown ends
+    it at once, never counting it left behind. A real process that never exits on its own stands in for it, its
+    parent gone (as a subcollector's forkserver's is)."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from topo.launch.supervision import processes
+
+    stand_in = f"import time; time.sleep(120)  # {processes.FORKSERVER}"
+    parent = subprocess.run([sys.executable, "-c", f"import subprocess, sys; print(subprocess.Popen([sys.executable, "
+                             f"'-c', {stand_in!r}], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)"],
+                            capture_output=True, text=True, timeout=60)
+    server = psutil.Process(int(parent.stdout))
+    try:
+        assert server.ppid() != os.getpid() and processes.is_forkserver(server)
+        monkeypatch.setattr(teardown.processes, "of_run",
+                            lambda path, trainer: [p for p in [server] if processes.running(p)])
+
+        class Watcher:
+            stdin = type("In", (), {"write": lambda self, b: None, "close": lambda self: None})()
+
+            def wait(self, timeout):
+                return 0
+
+        record = teardown.Record()
+        teardown.run(record, teardown.Deadline(10.0), run_path="/nowhere", trainer=os.getpid(),
+                     graceful=lambda deadline: None, stop_monitor=lambda: None, watcher=Watcher())
+        assert record.left_behind == [] and record.alive_after == [] and not processes.running(server)
+    finally:
+        if processes.running(server):
+            server.kill()

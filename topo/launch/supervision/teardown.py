@@ -17,7 +17,6 @@ Imports neither torch nor torchrl.
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -94,8 +93,10 @@ def run(record: Record, deadline: Deadline, *, run_path: str, trainer: int, grac
     finally:
         stop_monitor()
         ours = lambda: processes.of_run(run_path, trainer)  # noqa: E731
-        # a forkserver the trainer started for forkserver subcollectors serves the trainer until it exits
-        forkservers = [p for p in ours() if p.ppid() == os.getpid() and processes.is_forkserver(p)]
+        # a forkserver serves whoever started it until that process exits, and learns of the exit only by polling
+        # its pipe (seconds, on a loaded machine): the trainer's serves it until it ends, a subcollector's may
+        # outlive it a while; their workers closed, every forkserver of the run is ended now, not waited for
+        forkservers = [p for p in ours() if processes.is_forkserver(p)]
         record.killed += end(forkservers, deadline)
         left = processes.wait(ours(), deadline.left("exit"))
         record.left_behind = sorted(p.pid for p in left)
