@@ -53,7 +53,25 @@ def transforms(spec: Spec, ctx: Context) -> list[Diagnostic]:
         out.append(warning("transforms-at-unused", "transforms_at places env.transforms, and there are none",
                            ("env", "transforms_at"), "remove transforms_at, or add transforms"))
     out += _repeated(spec.transforms)
-    return out
+    return out + _unexecuted_chunks(spec)
+
+
+#: reference policies whose ``chunk_size`` kwarg (default 1) is the actions each decision writes
+CHUNKED_POLICIES = {"topo.policies.tinyvla:make"}
+
+
+def _unexecuted_chunks(spec: Spec) -> list[Diagnostic]:
+    """A reference policy writing chunks of N > 1 actions needs a ``MultiAction`` in the stack to step them."""
+    policy = spec.policy
+    if policy is None or policy.factory not in CHUNKED_POLICIES:
+        return []
+    n = policy.kwargs.get("chunk_size", 1)
+    if not isinstance(n, int) or n <= 1 or any(t.name.partition(".")[0] == "MultiAction" for t in spec.transforms):
+        return []
+    return [error("policy-chunk-unexecuted", f"the policy writes a chunk of {n} actions per decision, and nothing in "
+                  "env.transforms steps an env through a chunk", ("policy", "kwargs", "chunk_size"),
+                  "add '- MultiAction: {stack_rewards: false}' to env.transforms (one env step per action of a "
+                  "chunk), or chunk_size: 1")]
 
 
 def _path(t: Transform, *more: str) -> tuple:
