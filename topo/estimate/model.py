@@ -28,13 +28,13 @@ of the plan's launch mode (topo's default: ``forkserver-preload``), max(chain, w
 """
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from topo.bench.bound import Costs, Shape, lower_bound
+from topo.compiler.eval_plan import env_key
 
 #: a process that imports torch + torchrl holds ~0.37 GB (measured): a collector, or a worker whose
 #: backend states no ``memory_per_worker_gb``
@@ -387,8 +387,7 @@ def eval_duration(section: Mapping[str, Any], pace: Pace, cores: int, horizon_ke
         schedule = row["kwargs"]["schedule"]
         wall = 0.0
         for episode in row["episodes"]:
-            env = schedule["envs"].get(episode["task_id"] if isinstance(episode["task_id"], str)
-                                       else json.dumps(episode["task_id"]), {})
+            env = schedule["envs"].get(env_key(episode["task_id"]), {})
             n = (env.get(horizon_key) if horizon_key else None) or schedule.get("max_episode_steps") or 0
             steps += n
             wall += n * (pace.step_mean + pace.forward) + pace.reset
