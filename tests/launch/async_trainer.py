@@ -1,11 +1,11 @@
 """A trainer for the async-mode tests: ``python async_trainer.py SPEC REPORT_DIR BATCHES
-[kill-worker|kill-and-recover|hang-and-recover|die-holding|recycle|update-weights]``.
+[kill-worker|kill-and-recover|hang-and-recover|stop-mid-message|recycle|update-weights]``.
 
 It iterates the run's collector and prints one JSON event per batch (its size, the plan rows that took its
 steps, whether every step carries a policy version and an episode id, the episodes they resolve to, the worker
 lives they come from); with ``kill-worker`` it SIGKILLs env worker 1 of subcollector 1 after the first batch and
-reports the error; ``kill-and-recover`` does too (``hang-and-recover``: SIGSTOPs it; ``die-holding``: SIGUSR1s it,
-``die_holding/sitecustomize.py``), then stops once every worker of subcollector 1 delivered steps of its next life
+reports the error; ``kill-and-recover`` does too (``hang-and-recover``: SIGSTOPs it; ``stop-mid-message``: SIGUSR1s it,
+``stop_mid_message/sitecustomize.py``), then stops once every worker of subcollector 1 delivered steps of its next life
 (or after BATCHES); ``recycle`` stops once every worker did. With
 ``update-weights`` it passes its own policy, perturbs and pushes its weights after each batch, and reports for
 every step whether the log-probability the server stamped is the one the weights of the step's version give.
@@ -31,7 +31,7 @@ def main() -> None:
     spec, report_dir, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
     mode = sys.argv[4] if len(sys.argv) > 4 else None
     signum = {"kill-worker": signal.SIGKILL, "kill-and-recover": signal.SIGKILL, "hang-and-recover": signal.SIGSTOP,
-              "die-holding": signal.SIGUSR1}.get(mode)
+              "stop-mid-message": signal.SIGUSR1}.get(mode)
     kill, update = signum is not None, mode == "update-weights"
     policy = topo.load(spec).make_policy() if update else None
     weights = {0: TensorDict.from_module(policy).data.clone()} if update else {}  # version -> the weights pushed
@@ -41,7 +41,7 @@ def main() -> None:
             rows = [(sub["index"], row["index"]) for sub in run.plan["subcollectors"] for row in sub["workers"]]
             seen: set[tuple[int, int, int]] = set()  # (subcollector, worker, life) of the steps so far
             wanted = {(c, w, 1) for c, w in rows if c == 1 or mode == "recycle"} if mode in (
-                "kill-and-recover", "hang-and-recover", "die-holding", "recycle") else None  # the lives to see before stopping
+                "kill-and-recover", "hang-and-recover", "stop-mid-message", "recycle") else None  # the lives to see before stopping
             for i, batch in enumerate(run.collector):
                 ids = batch["topo_episode"].reshape(-1).tolist()
                 episodes = run.episodes()

@@ -153,24 +153,24 @@ def test_a_stopped_async_worker_is_found_hung_killed_and_restarted(tmp_path):
     assert alive(started_pids(report), t_end) == []
 
 
-def test_a_worker_that_died_holding_the_locks_every_process_asks_is_restarted_and_the_run_goes_on(tmp_path):
-    """Worker (1, 1) dies holding the lock of every event its loop shares (the shutdown event torchrl's iterator asks
-    at each batch, the server-alive event every request asks, its slot's) and the request lock: what a worker killed
-    inside ``is_set()`` leaves. Its death frees them (the trainer's thread waits on one of them: it cannot), its rows
-    restart, both subcollectors step on; nothing is left."""
-    spec = async_spec(tmp_path, launch={"restarts": {"max": 2}})
+def test_a_worker_stopped_half_way_through_a_message_is_found_hung_and_the_run_goes_on(tmp_path):
+    """Worker (1, 1) writes half of a result message to its channel and stops (``stop_mid_message/sitecustomize.py``):
+    the trainer takes the other workers' messages meanwhile (nothing of the stopped one's is a lock or a descriptor
+    it must fetch), finds it hung, SIGKILLs it, throws its half message away and restarts its rows; both
+    subcollectors step on; nothing is left."""
+    spec = async_spec(tmp_path, launch={"restarts": {"max": 2}, "hang_timeout": 5})
     report = tmp_path / "report"
-    events = train(spec, report, 2000, "die-holding", paths=[HERE / "die_holding"])
+    events = train(spec, report, 2000, "stop-mid-message", paths=[HERE / "stop_mid_message"])
     t_end = time.time()
     assert [e for e in events if e["event"] == "launch-error"] == []
-    (died,) = [e for e in events if e["event"] == "killed"]
+    (stopped,) = [e for e in events if e["event"] == "killed"]
     batches = [e for e in events if e["event"] == "batch"]
     lives = {tuple(life) for e in batches for life in e["lives"]}
     assert {(1, 0, 1), (1, 1, 1), (0, 0, 0), (0, 1, 0)} <= lives
     s = [e for e in events if e["event"] == "after"][0]["report"]
     (restart,) = s["restarts"]
-    assert restart["cause"]["kind"] == "worker-died" and restart["outcome"] == "collecting"
-    assert (restart["cause"]["subcollector"], restart["cause"]["worker"], restart["cause"]["pid"]) == (1, 1, died["pid"])
+    assert restart["cause"]["kind"] == "worker-hung" and restart["outcome"] == "collecting"
+    assert (restart["cause"]["subcollector"], restart["cause"]["worker"], restart["cause"]["pid"]) == (1, 1, stopped["pid"])
     assert s["ok"] and s["processes"]["left_behind"] == [] and s["processes"]["alive_after"] == []
     assert alive(started_pids(report), t_end) == []
 
@@ -236,4 +236,5 @@ def test_a_sigkilled_async_trainer_leaves_no_process_of_its_run(tmp_path):
     record = json.loads(open(os.path.join(run_dir, "watcher.json")).read())
     assert record["left"] == []  # ended by the watcher, or by themselves (torchrl's workers watch their parent)
     wait_for(lambda: not _of_run(run_dir), timeout=30, what="every process of the run to be gone, by environment")
-    assert alive(set(ours) | named, seen_at) == []
+    # one exiting has no environment to read but may run for a moment: gone by pid too, within the same bound
+    wait_for(lambda: not alive(set(ours) | named, seen_at), timeout=30, what="every process of the run to be gone, by pid")

@@ -1,157 +1,153 @@
-"""What an async env worker's death leaves, given back, with real processes SIGKILLed: a lock and an event it held
-(:mod:`topo.runtime.held`), the result permits it held and the messages of its retired life (:mod:`topo.launch.async_mode.respawn`)."""
+"""What async env workers share with the trainer and the server, with real processes stopped and killed: a worker
+stopped or killed anywhere in a message (:mod:`topo.launch.async_mode.channels`) or a request
+(:mod:`topo.launch.async_mode.transport`) blocks no other process; a dead worker's permits come back and its retired
+life's messages are dropped (:mod:`topo.launch.async_mode.respawn`)."""
 from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import queue
 import signal
-import threading
 import time
 
 import pytest
+import torch
+from tensordict import TensorDict
 
 from topo.launch import boundary
-from topo.launch.async_mode import respawn as async_respawn
-from topo.runtime import held
+from topo.launch.async_mode import channels as async_channels, respawn as async_respawn
+from topo.launch.async_mode.transport import SlotTransport
 
 CTX = multiprocessing.get_context("spawn")
+BIG = {"pixels": torch.arange(600_000, dtype=torch.int32)}  # 2.4 MB: more than a pipe holds, written in parts
 
 
-def _wait_on(event) -> None:
-    while True:
-        event.wait(0.1)
-
-
-def _hold(lock) -> None:
-    lock.acquire()
+def _send(sender, n: int) -> None:
+    for k in range(n):
+        sender.send(0, {"k": k, **BIG})
     time.sleep(600)
 
 
-def _killed(target, arg):
-    """``target(arg)`` in a process, SIGKILLed once it waits on the event or holds the lock ``arg``."""
-    proc = CTX.Process(target=target, args=(arg,), daemon=True)
-    proc.start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (_inside_wait(arg) if target is _wait_on else _taken(arg)):
-        time.sleep(0.01)
-    os.kill(proc.pid, signal.SIGKILL)
+def _stop_mid_message(sender, stopped) -> None:
+    """Half a message written (its header promises all of it), then this process stops itself."""
+    data = async_channels._HEADER.pack(10_000, 0, sender.kind) + b"x" * 5_000
+    os.write(sender._connection.fileno(), data)
+    stopped.set()
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def _ended(proc) -> None:
+    if proc.is_alive():
+        os.kill(proc.pid, signal.SIGKILL)
     proc.join()
-    return proc
 
 
-def _inside_wait(event) -> bool:
-    cond = event._cond
-    return cond._sleeping_count._semlock._get_value() > cond._woken_count._semlock._get_value()
-
-
-def _taken(lock) -> bool:
-    if lock.acquire(False):
-        lock.release()
-        return False
-    return True
-
-
-def _sets(event, timeout: float = 2.0) -> bool:
-    """Whether ``event.set()`` returns within ``timeout`` (from a thread: a blocked one is left behind, daemon)."""
-    setter = threading.Thread(target=event.set, daemon=True)
-    setter.start()
-    setter.join(timeout)
-    return not setter.is_alive()
-
-
-@pytest.mark.parametrize("dies", ["waiting", "holding its lock"])
-@pytest.mark.parametrize("set_before", [False, True])
-def test_an_event_whose_only_waiter_was_killed_can_be_set_again(dies, set_before):
-    event = CTX.Event()
-    _killed(_wait_on if dies == "waiting" else _hold, event if dies == "waiting" else event._cond._lock)
-    if set_before:
-        assert not _sets(event, 0.5)  # the setter waits for the dead (python's Condition.notify), or for its lock
-    assert held.free(events=[event], held=1.0)
-    assert _sets(event) and _sets(event)
-    event.clear()
-    waiter = CTX.Process(target=_wait_on, args=(event,), daemon=True)  # a new waiter, as a restarted worker
-    waiter.start()
+def test_a_worker_stopped_mid_message_blocks_only_itself_and_its_restart_writes_afresh():
+    """Worker 0 stops half way through a message; worker 1's messages (each larger than a pipe holds) all come whole;
+    asking with a timeout returns at its timeout; once worker 0 is dead and forgotten, its restart's message comes."""
+    chans = async_channels.Channels(CTX, 2)
+    stopped = async_channels.Flag(CTX)
+    procs = [CTX.Process(target=_stop_mid_message, args=(chans.writer(0, async_channels.RESULT), stopped), daemon=True),
+             CTX.Process(target=_send, args=(chans.writer(1, async_channels.RESULT), 3), daemon=True)]
     try:
-        time.sleep(0.5)
-        assert _sets(event) and _sets(event)
+        for proc in procs:
+            proc.start()
+        assert stopped.wait(60)
+        got = [chans.take(async_channels.RESULT, 60) for _ in range(3)]
+        assert [(i, life) for i, life, _ in got] == [(1, 0)] * 3
+        assert [pickle.loads(p)["k"] for _, _, p in got] == [0, 1, 2]
+        assert torch.equal(pickle.loads(got[2][2])["pixels"], BIG["pixels"])
+        began = time.monotonic()
+        with pytest.raises(queue.Empty):
+            chans.take(async_channels.RESULT, 0.5)
+        assert time.monotonic() - began < 5
+        _ended(procs[0])
+        chans.forget(0)
+        procs[0] = CTX.Process(target=_send, args=(chans.writer(0, async_channels.RESULT), 1), daemon=True)
+        procs[0].start()
+        i, life, payload = chans.take(async_channels.RESULT, 60)
+        assert (i, pickle.loads(payload)["k"]) == (0, 0)
     finally:
-        waiter.kill()
-        waiter.join()
+        for proc in procs:
+            _ended(proc)
+        chans.close()
 
 
-def _woken_silent(event) -> None:
-    """Sleep on ``event`` as ``Condition.wait`` does, take the wake-up of the next ``set()``, never say so."""
-    cond = event._cond
-    cond._lock.acquire()
-    cond._sleeping_count.release()
-    cond._lock.release()
-    cond._wait_semaphore.acquire()
+def _request(client, value: float, answered, stop_after_submit: bool) -> None:
+    """One request of ``value``; its answer's action written to ``answered`` (or stopped once submitted)."""
+    future = client.submit(TensorDict({"observation": torch.full((2,), value)}))
+    if stop_after_submit:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    answered.value = float(future.result(timeout=60)["action"][0])
     time.sleep(600)
 
 
-def test_an_event_whose_waiter_died_woken_before_saying_so_can_be_set_again():
-    """The one window a dead waiter leaves inside ``Condition.wait``: it took the wake-up of a ``set()`` and died
-    before counting itself woken; the ``set()`` waits for it, holding the event's lock. It goes on once freed."""
-    event = CTX.Event()
-    proc = CTX.Process(target=_woken_silent, args=(event,), daemon=True)
-    proc.start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not _inside_wait(event):
-        time.sleep(0.01)
-    setter = threading.Thread(target=event.set, daemon=True)
-    setter.start()
-    wake = event._cond._wait_semaphore._semlock
-    while time.monotonic() < deadline and not (_taken(event._cond._lock) and wake._get_value() == 0):
-        time.sleep(0.01)  # the set() holds the lock, its wake-up taken: it waits for the waiter to say so
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.join()
-    setter.join(0.5)
-    assert setter.is_alive()  # the set() waits for the dead
-    assert held.free(events=[event], held=1.0)
-    setter.join(5)
-    assert not setter.is_alive() and event.is_set()
-    event.clear()
-    assert _sets(event) and _sets(event)
+def _serve(transport: SlotTransport, slots_expected: int, timeout: float = 60) -> list[int]:
+    """The server's side, here: claim ``slots_expected`` posted slots, answer each with its observation + 100."""
+    claimed, end = [], time.monotonic() + timeout
+    while len(claimed) < slots_expected and time.monotonic() < end:
+        transport.wait_for_work(timeout=0.1)
+        slots, _ = transport.drain_slots(8)
+        if slots:
+            batch = transport.request_batch(len(slots))
+            transport.gather_requests(slots, out=batch)
+            response = transport.response_batch(len(slots))
+            response["action"] = batch["observation"] + 100
+            transport.resolve_batch(slots, response)
+            claimed += slots
+    return claimed
 
 
-def test_an_event_nobody_left_holding_is_untouched():
-    event = CTX.Event()
-    assert not held.free(events=[event])
-    assert _sets(event) and event.is_set()
+def _transport(slots: int) -> SlotTransport:
+    return SlotTransport(TensorDict({"observation": torch.zeros(2)}),
+                         TensorDict({"action": torch.zeros(2), "policy_version": torch.zeros((), dtype=torch.long)}),
+                         num_slots=slots, ctx=CTX)
 
 
-def test_a_lock_its_dead_holder_kept_is_given_back_and_a_free_one_is_not():
-    lock = CTX.Lock()
-    assert not held.free(locks=[lock], held=1.0)
-    _killed(_hold, lock)
-    assert held.free(locks=[lock], held=1.0)
-    assert lock.acquire(True, 1.0)  # this process owns it now (given back through a handle of its own)
-    lock.release()
-
-
-def _hold_all(locks) -> None:
-    for lock in locks:
-        lock.acquire()
-    time.sleep(600)
-
-
-def test_what_a_dead_process_held_of_several_is_given_back_on_one_clock():
-    """A process killed holding two events' locks and a lock: all three given back once ``held`` passed, not one
-    ``held`` after the other (each event then sets, the lock is free)."""
-    first, second, lock = CTX.Event(), CTX.Event(), CTX.Lock()
-    locks = [first._cond._lock, second._cond._lock, lock]
-    proc = CTX.Process(target=_hold_all, args=(locks,), daemon=True)
-    proc.start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not all(_taken(each) for each in locks):
-        time.sleep(0.01)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.join()
-    began = time.monotonic()
-    assert held.free([first, second], [lock], held=1.0)
-    assert time.monotonic() - began < 3.0  # 1 s held, 1 s for a set() to take a "woken": together (in turn: 5 s)
-    assert _sets(first) and _sets(second) and not _taken(lock)
+def test_a_stopped_client_blocks_no_other_slot_and_a_dead_ones_late_answer_never_reaches_its_restart():
+    """Slot 0's worker stops after its request; slot 1's is served all the same. Slot 0's worker is killed with its
+    request claimed but not answered; its restart asks again; the late answer to the dead one's request only wakes
+    the new worker, which takes the answer to its own."""
+    transport = _transport(2)
+    answers = [CTX.RawValue("d", -1.0) for _ in range(3)]
+    clients = [transport.client(), transport.client()]
+    procs = [CTX.Process(target=_request, args=(clients[0], 1.0, answers[0], True), daemon=True),
+             CTX.Process(target=_request, args=(clients[1], 2.0, answers[1], False), daemon=True)]
+    try:
+        for proc in procs:
+            proc.start()
+        claimed, end = [], time.monotonic() + 60
+        while len(claimed) < 2 and time.monotonic() < end:  # both requests claimed: slot 0's kept unanswered
+            transport.wait_for_work(timeout=0.1)
+            claimed += transport.drain_slots(8)[0]
+        assert sorted(claimed) == [0, 1]
+        response = transport.response_batch(1)
+        response["action"] = torch.full((1, 2), 102.0)
+        transport.resolve_batch([1], response)
+        end = time.monotonic() + 60
+        while answers[1].value < 0 and time.monotonic() < end:
+            time.sleep(0.01)
+        assert answers[1].value == 102.0  # slot 1 answered, slot 0's worker stopped holding nothing
+        _ended(procs[0])
+        transport.forget(0)
+        procs[0] = CTX.Process(target=_request, args=(clients[0], 3.0, answers[2], False), daemon=True)
+        procs[0].start()
+        end = time.monotonic() + 60
+        while transport._asked[0] < 2 and time.monotonic() < end:  # the restart's request numbered on from the dead one's
+            time.sleep(0.01)
+        assert transport._asked[0] == 2
+        late = transport.response_batch(1)
+        late["action"] = torch.full((1, 2), 101.0)
+        transport.resolve_batch([0], late)  # the answer to the dead worker's request 1, after the restart asked again
+        assert _serve(transport, 1) == [0]
+        end = time.monotonic() + 60
+        while answers[2].value < 0 and time.monotonic() < end:
+            time.sleep(0.01)
+        assert answers[2].value == 103.0
+    finally:
+        for proc in procs:
+            _ended(proc)
 
 
 def _worker(permits, results, chunks: int, begun) -> None:
@@ -168,20 +164,26 @@ def test_a_dead_workers_permits_come_back_and_its_retired_life_is_dropped():
     context = async_respawn.Context(CTX, 2)
     results = context.Queue(maxsize=4)
     permits = context.BoundedSemaphore(4)
-    begun = CTX.Event()
-    proc = CTX.Process(target=_worker, args=(permits, results, 2, begun), name=f"{boundary.ASYNC_WORKER_PREFIX}1",
-                       daemon=True)
+    begun = context.Event()
+    proc = CTX.Process(target=_worker, args=(permits, results.outbox(1), 2, begun),
+                       name=f"{boundary.ASYNC_WORKER_PREFIX}1", daemon=True)
     proc.start()
-    assert results.get(timeout=60) == {"chunk": 0}
-    permits.release()  # the trainer's, on receipt
-    assert begun.wait(30)  # chunk 1 sent, chunk 2 begun
-    assert results._reader.poll(30)  # chunk 1 through the queue's feeder thread, in the pipe
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.join()
-    assert list(context.held) == [0, 1]
-    assert permits.give_back(1) == 1 and list(context.held) == [0, 0]
-    context.life[1] += 1  # its restart: chunk 1, still queued, belongs to the retired life
-    with pytest.raises(queue.Empty):  # chunk 1 dropped, its permit given back
-        results.get(timeout=1.0)
-    assert results.dropped == 1
-    assert all(permits.acquire(timeout=0) for _ in range(4)) and not permits.acquire(timeout=0)  # all 4 back
+    try:
+        assert results.get(timeout=60) == {"chunk": 0}
+        permits.release()  # the trainer's, on receipt
+        assert begun.wait(30)  # chunk 1 sent, chunk 2 begun
+        end = time.monotonic() + 30
+        while context.held[1] != 1 and time.monotonic() < end:  # chunk 1 written whole: its permit handed on
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join()
+        assert list(context.held) == [0, 1]
+        assert permits.give_back(1) == 1 and list(context.held) == [0, 0]
+        context.life[1] += 1  # its restart: chunk 1, in its channel, belongs to the retired life
+        with pytest.raises(queue.Empty):  # chunk 1 dropped, its permit given back
+            results.get(timeout=1.0)
+        assert results.dropped == 1
+        assert all(permits.acquire(timeout=0) for _ in range(4)) and not permits.acquire(timeout=0)  # all 4 back
+    finally:
+        _ended(proc)
+        context.channels.close()

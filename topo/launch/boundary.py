@@ -131,12 +131,21 @@ NAMES: tuple[Name, ...] = (
          members=("result_capacity.acquire(timeout=0.01)", "result_queue.put(transition", "shutdown_event.is_set()",
                   "pause_event.is_set()", "paused_event.set()")),
     Name("async", "torchrl.collectors._async_batched", "AsyncBatchedCollector._ensure_started", "the events its "
-         "env workers share", kind="source", members=("self._shutdown_event = ctx.Event()",
+         "env workers share, made by the transport's context (topo's: flags)", kind="source", members=("self._shutdown_event = ctx.Event()",
                                                       "self._process_pause_event = ctx.Event()",
                                                       "self._process_paused_events = [")),
     Name("async", "torchrl.modules.inference_server._process_slot", "ProcessSlotTransport.__init__",
-         "the slots' request lock, response events and the server's liveness event (every client asks it)",
-         kind="source", members=("self._request_lock = ", "self._response_events = ", "self._peer_alive = ")),
+         "the slots topo's SlotTransport keeps, and the signals it replaces (topo.launch.async_mode.transport)",
+         kind="source", members=("self._request_slots = ", "self._response_slots = ", "self._submitted_at = ",
+                                 "self._response_status = ", "self._exception_queues = ", "self._work_semaphore = ",
+                                 "self._request_ready = ", "self._request_lock = ", "self._response_events = ",
+                                 "self._peer_alive = ")),
+    Name("async", "torchrl.modules.inference_server._process_slot", "_ProcessSlotFuture",
+         "what a request's future asks of topo's slot client", kind="source",
+         members=("self._client._response_event.is_set()", "self._client._peer_alive", "self._client._receive(")),
+    Name("async", "torchrl.modules.inference_server", "ProcessInferenceServer.__init__",
+         "the server's liveness is the transport's flag where it has one", kind="source",
+         members=('getattr(transport, "_peer_alive", None)',)),
     Name("libero", "torchrl.envs.libs.libero", "LiberoEnv._reset", "builder options around each reset"),
     Name("libero", "torchrl.envs.libs.libero", "LiberoEnv._select_init_state", "fixtures_by_init_state"),
     Name("libero", "torchrl.envs.libs.libero", "LiberoEnv._set_seed", "env.set_seed(seed) in each worker"),
@@ -502,16 +511,9 @@ def async_workers(collector) -> list:
     return collector._workers
 
 
-def async_slots(collector) -> tuple[Any, list, Any]:
-    """The ``ProcessSlotTransport``'s request lock (its workers and server), each slot's response event, and the
-    event saying the server is alive (each client asks it at every request)."""
-    transport = collector._transport
-    return transport._request_lock, transport._response_events, transport._peer_alive
-
-
-def async_events(collector) -> tuple[Any, Any, list]:
-    """An ``AsyncBatchedCollector``'s events its env workers share: shutdown, pause, and each one's "paused"."""
-    return collector._shutdown_event, collector._process_pause_event, collector._process_paused_events
+def async_transport(collector):
+    """The ``AsyncBatchedCollector``'s transport (its env workers' inference slots)."""
+    return collector._transport
 
 
 def forget_trajectory(collector, i: int) -> None:

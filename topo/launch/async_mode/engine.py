@@ -6,9 +6,11 @@ policy copy a process; async mode has no barrier to bound, and one server batche
 ready, so a collector per subcollector would only split the server's batches and add a driver per
 subcollector. The plan's subcollectors stay in every row (records, blame, the first-batch check and the
 report name them as in multi mode). The server is torchrl's ``ProcessInferenceServer``, started by this
-process: the env workers reach it through a ``ProcessSlotTransport`` (shared-memory slots, semaphores
-only), so the trainer receives finished transitions and never relays a request, and a GPU policy sits on
-its device once, away from the trainer's training step.
+process: the env workers reach it through shared-memory slots (:mod:`.transport`), so the trainer receives
+finished transitions and never relays a request, and a GPU policy sits on its device once, away from the
+trainer's training step. Nothing a worker shares with the server or the trainer is a lock or a descriptor it
+could stop or die holding (:mod:`.transport`, :mod:`.channels`): a stopped worker blocks itself only, and is
+named as hung and restarted as a dead one is.
 
 Every env worker runs :func:`topo.launch.async_mode.slots.make_env` (:func:`topo.worker.make_env` plus the
 instruction as bytes) over its row's kwargs: ``create_env_kwargs`` per worker, one module-level factory.
@@ -65,8 +67,9 @@ class AsyncEngine:
     def build(self, plan: dict[str, Any], **kwargs: Any):
         """The collector, its server and env workers started and every env built; ``kwargs`` are the caller's
         torchrl options (topo's ``pre_collect_hook`` is for subcollectors: its iterator stamps the batch owed here)."""
-        from torchrl.modules.inference_server import (InferenceDeviceConfig, InferenceServerConfig,
-                                                      ProcessSlotTransport)
+        from torchrl.modules.inference_server import InferenceDeviceConfig, InferenceServerConfig
+
+        from topo.launch.async_mode.transport import SlotTransport
 
         setup, run = self.policy_setup, RunDir.current()
         rows = [row for sub in plan["subcollectors"] for row in sub["workers"]]
@@ -88,7 +91,7 @@ class AsyncEngine:
             create_env_kwargs=[row["kwargs"] for row in rows],
             policy_factory=slots.server_factory(setup.factory, setup.kwargs, instruction),
             frames_per_batch=plan["collector"]["frames_per_batch"], total_frames=plan["collector"]["total_frames"],
-            transport=ProcessSlotTransport(request, response, num_slots=len(rows), ctx=context.ctx),
+            transport=SlotTransport(request, response, num_slots=len(rows), ctx=context.ctx),
             env_backend="multiprocessing",
             server_config=InferenceServerConfig(max_batch_size=len(rows)),
             device_config=InferenceDeviceConfig(policy_device=setup.device or "cpu"),

@@ -6,18 +6,17 @@ engine (:mod:`topo.launch.supervision.restarts`): in async mode a subcollector i
 of its own), so a plan of one-worker subcollectors restarts one env worker at a time, at no cost.
 
 torchrl makes its worker processes and what they share with the context its transport holds; here that context
-is :class:`Context`, which keeps what a restart needs:
+is :class:`Context`, which makes what they share of nothing a worker can hold (:mod:`.channels`,
+:mod:`.transport`: a worker stopped or killed anywhere blocks only itself) and keeps what a restart needs:
 
-- each worker process's arguments (Python forgets them once it starts): a restart is the same loop, slot, queues
-  and events, over the row's kwargs in the restart's worker life;
+- each worker process's arguments (Python forgets them once it starts): a restart is the same loop, slot and
+  channel, over the row's kwargs in the restart's worker life;
 - the result permits (torchrl bounds what its workers hold and send to 2 x N transitions) count the ones each
   worker holds (:class:`Permits`): a dead worker's are given back;
-- the result and error queues tag each message with its worker and that worker's life (:class:`Tagged`): what a
-  retired life sent is dropped, its permit given back, and so is a result whose sender died before the trainer
-  fetched its tensors; a current worker's error is its restart's cause, judged by the run, never torchrl's raise.
-  With restarts, a worker whose loop raised exits once its error is sent (its ``failed`` marker written): torchrl's
-  worker would wait on the collector's shared shutdown event, and one killed there leaves a sleeper that makes the
-  event's ``set()`` at shutdown wait forever.
+- the result and error queues are each worker's own channel to the trainer (:class:`Inbox`, :class:`Outbox`),
+  each message tagged with its worker's life: what a retired life sent is dropped, its permit given back; a
+  current worker's error is its restart's cause, judged by the run, never torchrl's raise. With restarts, a
+  worker whose loop raised exits once its error is sent (its ``failed`` marker written).
 
 Its iterator (:class:`Supervised`) times the trainer between batches (the time breakdown's pace), stamps each
 subcollector's beats file while a batch is owed (a worker that has not stepped for ``launch.hang_timeout`` while
@@ -26,42 +25,32 @@ one is owed hangs: :func:`topo.runtime.heartbeat.waiting_on`) and asks the run's
 
 torchrl's ``_workers`` become :class:`_Worker` proxies: ``is_alive()`` asks the run's restart port (as
 :mod:`topo.launch.local.respawn` does for subcollectors), and a restart decided begins there, in the trainer's
-thread: the group's workers SIGKILLed, what they held given back (their permits, their slot's response event, the
-events every worker checks and the slots' request lock: :mod:`topo.runtime.held`), their lives bumped, their
-restarts started in the restart's launch window; the keeper sees them built. torchrl asks every second while it
-waits for results. The contract: what the group's old workers had not handed to the trainer is lost; the other
-workers step on.
-
-A worker's death frees what it held of what every process shares as it happens, from a thread of the respawner's
-own (its keeper): each worker asks the shutdown, pause and server-alive events at every step, and one killed inside
-``is_set()`` leaves that event's lock taken, on which every worker, and the trainer's thread (torchrl asks the
-shutdown event at each batch), would wait before any of them could see the death.
-
-Not covered: a worker killed while its queue's feeder thread writes a message (microseconds) leaves the result
-queue's write lock taken; the run then stalls (``launch.stall_timeout`` names it). That lock is not given back: a
-live feeder holds it as long as its write waits on the pipe, and releasing it under a live writer let two in (the
-async soak's feeders then raised "released too many times").
+thread (torchrl asks every second while it waits for results, and nothing it waits on can be a worker's to hold):
+the group's workers SIGKILLed, what they held given back (their permits, the part of a message their channel
+holds, their slot's unclaimed post), their lives bumped, their restarts started in the restart's launch window; a
+thread of the respawner's own (its keeper) sees them built. The contract: what the group's old workers had not
+handed to the trainer is lost; the other workers step on.
 """
 from __future__ import annotations
 
 import functools
 import multiprocessing
-import multiprocessing.connection
 import os
+import pickle
+import select
 import signal
 import threading
 import time
-from multiprocessing import queues
-from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable
 
 from torchrl.collectors import AsyncBatchedCollector
 
-from topo.runtime import held, heartbeat
+from topo.runtime import heartbeat
 from topo.runtime.rundir import RunDir
 from topo.runtime.time_breakdown import Pace
 from topo.launch import boundary
 from topo.launch.async_mode import slots
+from topo.launch.async_mode.channels import ERROR, RESULT, Channels, Flag, Sender
 from topo.launch.supervision import failure as failures, processes
 from topo.launch.supervision.port import RestartPort
 
@@ -92,7 +81,8 @@ class Supervised(AsyncBatchedCollector):
 
 
 class Context:
-    """The multiprocessing context torchrl starts the async env workers with (``spawn``), keeping what restarts need."""
+    """The multiprocessing context torchrl starts the async env workers with, keeping what restarts need; what the
+    workers share with the trainer it makes of nothing a worker can hold (:mod:`.channels`)."""
 
     def __init__(self, ctx, workers: int, restarts: bool = False):
         """``restarts``: a worker whose loop raised exits once its error is sent (its restart follows)."""
@@ -100,6 +90,7 @@ class Context:
         self.made: dict[int, dict[str, Any]] = {}  # env id -> its process's arguments
         self.held = ctx.Array("i", workers, lock=False)  # permits each worker holds (its own writes only)
         self.life = ctx.Array("i", workers, lock=False)  # each worker's life: bumped when it restarts
+        self.channels = Channels(ctx, workers)
         self.permits: Permits | None = None
         self.respawner: Respawner | None = None
 
@@ -113,16 +104,25 @@ class Context:
         return multiprocessing.get_context, (self.ctx.get_start_method(),)
 
     def Process(self, *, target, kwargs: dict, name: str, daemon: bool = True):
-        self.made[kwargs["env_id"]] = {"target": target, "kwargs": kwargs, "name": name}
+        """Env worker ``kwargs["env_id"]``, given its own ends of the result and error queues."""
+        i = kwargs["env_id"]
+        kwargs = {**kwargs, "result_queue": kwargs["result_queue"].outbox(i), "error_queue": kwargs["error_queue"].outbox(i)}
+        self.made[i] = {"target": target, "kwargs": kwargs, "name": name}
         return self.ctx.Process(target=target, kwargs=kwargs, name=name, daemon=daemon)
+
+    def Event(self) -> Flag:
+        return Flag(self.ctx)
 
     def BoundedSemaphore(self, value: int) -> Permits:
         self.permits = Permits(self.ctx.Semaphore(value), self.held)
         return self.permits
 
-    def Queue(self, maxsize: int = 0) -> Tagged:
+    def Queue(self, maxsize: int = 0) -> Inbox:
         """torchrl's result queue (``maxsize``: it counts permits) or its error queue; unbounded, the permits bound it."""
-        return Tagged(self, results=maxsize > 0, exits=self.restarts and not maxsize)
+        return Inbox(self, RESULT if maxsize > 0 else ERROR)
+
+
+_counting = threading.Lock()  # in a worker: its main thread takes permits, its sender thread hands them on
 
 
 class Permits:
@@ -135,17 +135,20 @@ class Permits:
     def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
         me = worker_id()
         if me is not None:
-            self._held[me] += 1  # before: a death in between gives back one too many, never one too few
+            with _counting:
+                self._held[me] += 1  # before: a death in between gives back one too many, never one too few
         got = self._sem.acquire(block, timeout)
         if not got and me is not None:
-            self._held[me] -= 1
+            with _counting:
+                self._held[me] -= 1
         return got
 
     def release(self) -> None:
         self._sem.release()
         me = worker_id()
-        if me is not None:
-            self._held[me] -= 1
+        if me is not None:  # a worker gives back one it took and will not send
+            with _counting:
+                self._held[me] -= 1
 
     def give_back(self, i: int) -> int:
         """In the trainer, worker ``i`` dead: the permits it held, released; how many."""
@@ -155,52 +158,65 @@ class Permits:
         return n
 
 
-class Tagged(queues.Queue):
-    """A queue whose messages carry their worker and its life; the trainer drops a retired life's, and a result it
-    cannot unpickle because its sender died (its permit given back)."""
+class Inbox:
+    """torchrl's result or error queue, in the trainer: whole messages from every worker's channel, never waiting
+    on one worker; a retired life's message is dropped (a result's permit given back)."""
 
-    def __init__(self, context: Context, results: bool, exits: bool = False):
-        """``results``: torchrl's result queue (else its error queue); ``exits``: a worker that sends an error exits."""
-        super().__init__(0, ctx=context.ctx)
-        self._held, self._life, self._results, self._exits = context.held, context.life, results, exits
-        self._context: Context | None = context  # in the trainer only
+    def __init__(self, context: Context, kind: int):
+        self._context, self.kind = context, kind
         self.dropped = 0
 
-    def __getstate__(self):
-        return super().__getstate__(), self._held, self._life, self._results, self._exits
-
-    def __setstate__(self, state):
-        base, self._held, self._life, self._results, self._exits = state
-        super().__setstate__(base)
-        self._context, self.dropped = None, 0
-
-    def put(self, obj, block: bool = True, timeout: float | None = None) -> None:
-        me = worker_id()
-        if self._exits:
-            slots.failed(repr(obj))
-        super().put((me, self._life[me], bytes(ForkingPickler.dumps(obj))), block, timeout)
-        if self._results:
-            self._held[me] -= 1  # the permit travels with the chunk
-        elif self._exits:
-            self.close()
-            self.join_thread()  # the error is out
-            os._exit(1)
+    def outbox(self, i: int) -> Outbox:
+        """Worker ``i``'s end."""
+        context = self._context
+        return Outbox(context.channels.writer(i, self.kind), context.held, context.life,
+                      exits=self.kind == ERROR and context.restarts)
 
     def get(self, block: bool = True, timeout: float | None = None):
+        context = self._context
         end = None if timeout is None else time.monotonic() + timeout
         while True:
-            me, life, payload = super().get(block, None if end is None else max(0.0, end - time.monotonic()))
-            if life == self._life[me]:
-                try:
-                    obj = ForkingPickler.loads(payload)
-                except (EOFError, OSError):  # its sender died before its tensors were fetched: it restarts
-                    obj = None
-                respawner = self._context.respawner
-                if obj is not None and (self._results or respawner is None or not respawner.raised(me, obj)):
+            left = 0.0 if not block else None if end is None else max(0.0, end - time.monotonic())
+            i, life, payload = context.channels.take(self.kind, left)
+            if life == context.life[i]:
+                obj = pickle.loads(payload)
+                if self.kind == RESULT or context.respawner is None or not context.respawner.raised(i, obj):
                     return obj
             self.dropped += 1
-            if self._results:
-                self._context.permits.release()
+            if self.kind == RESULT:
+                context.permits.release()
+
+    def get_nowait(self):
+        return self.get(block=False)
+
+    def close(self) -> None:
+        self._context.channels.close()
+
+    def join_thread(self) -> None:
+        """Nothing to join: the trainer writes to no channel."""
+
+
+class Outbox:
+    """Worker ``i``'s end of the result or error queue: ``put`` sends on its own channel."""
+
+    def __init__(self, sender: Sender, held, life, exits: bool):
+        """``exits``: an error sent, the worker exits (its restart follows)."""
+        self._sender, self._held, self._life, self._exits = sender, held, life, exits
+
+    def put(self, obj, block: bool = True, timeout: float | None = None) -> None:
+        me = self._sender.i
+        if self._sender.kind == RESULT:  # the permit travels with the chunk, once all of it is written
+            self._sender.send_later(self._life[me], obj, done=self._handed)
+            return
+        if self._exits:
+            slots.failed(repr(obj))
+        self._sender.send(self._life[me], obj)
+        if self._exits:
+            os._exit(1)  # the error is out
+
+    def _handed(self) -> None:
+        with _counting:
+            self._held[self._sender.i] -= 1
 
 
 def worker_id() -> int | None:
@@ -356,45 +372,21 @@ class Respawner:
         self.on_restart(c, start.restart)
 
     def _give_back(self, ids: list[int]) -> None:
-        """What the dead workers ``ids`` held: their permits, what they held of what every process shares."""
+        """What the dead workers ``ids`` held: their permits, the part of a message in their channel, their slot's
+        unclaimed post."""
+        transport = boundary.async_transport(self.collector)
         for i in ids:
             self.context.permits.give_back(i)
             self.context.life[i] += 1
+            self.context.channels.forget(i)
+            transport.forget(i)
             boundary.forget_trajectory(self.collector, i)
-        self._free_shared(ids)
-
-    def _free_shared(self, ids: list[int]) -> None:
-        """What the dead workers ``ids`` held of what every process shares: their slots' events, the events every
-        worker checks at each step (one killed inside ``is_set()`` holds the event's lock: every process that asks
-        waits on it, the trainer's thread too), the request lock (:mod:`topo.runtime.held`)."""
-        request_lock, response_events, server_alive = boundary.async_slots(self.collector)
-        shutdown, pause, paused = boundary.async_events(self.collector)
-        events = [server_alive, pause, *(response_events[i] for i in ids), *(paused[i] for i in ids)]
-        if not held.is_set(pause):  # paused, live workers sleep on the shutdown event too: not to be drained
-            events.append(shutdown)
-        held.free(events, [request_lock])
 
     def _keep(self) -> None:
-        """A thread: a worker's death, as it happens, frees what it held of what every process shares. The trainer's
-        thread may be the one waiting on it (torchrl asks the shutdown event at each batch), so only another can.
-        It also sees a restart's workers built (the subcollector collects: its hangs are watched from then on),
-        whatever the trainer's thread does: fetching a result's tensors from a stopped worker, it waits until the
-        hang found kills that worker."""
-        freed: set = set()  # the processes whose death was seen
+        """A thread: sees a restart's workers built (the subcollector collects: its hangs are watched from then on),
+        whatever the trainer's thread does between batches."""
         while self.live:
-            procs = [p for p in self.procs if p not in freed]
-            try:
-                ended = multiprocessing.connection.wait([self._stopping, *(p.sentinel for p in procs)], timeout=KEEP_S)
-            except (OSError, ValueError):  # a process closed meanwhile
-                time.sleep(KEEP_S)
-                continue
-            for proc in procs:
-                if proc.sentinel in ended:
-                    freed.add(proc)
-                    with self._guard:
-                        if self.live and proc in self.procs:  # else its restart began: freed then
-                            self._free_shared([self.procs.index(proc)])
-            freed &= set(self.procs)
+            select.select([self._stopping], [], [], KEEP_S)
             with self._guard:
                 if self.live and self.port is not None:
                     for c in list(self.starting):
