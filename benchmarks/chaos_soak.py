@@ -159,8 +159,9 @@ class Injector(threading.Thread):
         for c in self.soaked.state.subcollectors:
             seen = self.events(c)
             pending = [f for f in self.faults if f["subcollector"] == c and self._open(f, seen)]
-            if not pending and (not seen or seen[-1]["outcome"] == "collecting"):
-                out.append(c)
+            pids = [w.pid for (s, _), w in self.soaked.state.workers.items() if s == c]
+            if not pending and (not seen or seen[-1]["outcome"] == "collecting") and all(pids):
+                out.append(c)  # every worker's pid known (async mode's may be delivering before one is recorded)
         return out
 
     def pending(self) -> bool:
