@@ -76,7 +76,8 @@ LONGEST_FIRST = ("tests/ray/test_ray_training.py", "tests/launch/test_restarts.p
                  "tests/launch/test_launch_faults.py", "tests/launch/test_launch.py", "tests/launch/test_background.py",
                  "tests/launch/test_resume.py",
                  "tests/ray/test_ray_launch.py", "tests/launch/test_stall.py", "tests/ray/test_ray_doctor.py",
-                 "tests/launch/test_reproducible.py", "tests/launch/test_recycle.py", "tests/launch/test_chaos_soak.py", "tests/libero/test_libero_build.py",
+                 "tests/launch/test_reproducible.py", "tests/launch/test_recycle.py", "tests/launch/test_chaos_soak.py", "tests/launch/test_fault_fuzz.py",
+                 "tests/libero/test_libero_build.py",
                  "tests/libero/test_eval_libero.py", "tests/libero/test_train_libero.py",
                  "tests/libero/test_launch_libero.py")  # by their summed durations in a whole-suite run, longest first
 
@@ -86,7 +87,8 @@ LONGEST_FIRST = ("tests/ray/test_ray_training.py", "tests/launch/test_restarts.p
 #: its budget, and a test past :data:`LONG_TEST_S` without a docstring (to say why), are printed at the end
 BUDGETS_S = {"tests/ray/test_ray_training.py": 400, "tests/launch/test_restarts.py": 400,
              "tests/launch/test_evaluation.py": 215, "tests/libero/test_libero_options.py": 190,
-             "tests/bench/test_bench.py": 175}
+             "tests/bench/test_bench.py": 175,
+             "tests/launch/test_fault_fuzz.py": 180}  # issue 46's fuzz: a start, a minute of faults, the recoveries
 BUDGET_S = 120
 LONG_TEST_S = 30
 
