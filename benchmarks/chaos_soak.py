@@ -56,8 +56,8 @@ and no batch holds are at most the rollout it was collecting when its life ended
 recycle), and none for a life that runs at the end (sync: a subcollector idles between batches); RSS and fds of
 the trainer and subcollectors flat within 10 % after warm-up (medians of the first and last fifth of the samples
 after ``--warmup`` of the run); nothing alive after teardown, nothing of the run's left in ``/dev/shm``; no traceback or
-"leaked" warning on stderr; the longest gap between batches (from ready to the first too, and the one still open
-when the loop ended) at most ``hang_timeout`` + ``--gap-slack`` (where given; the fault fuzz 15 s); the stall watchdog silent (no
+"leaked" warning on stderr; the longest gap between two batches (and the one still open
+when the loop ended; ready to the first batch is reported apart, ``gaps.first_batch_s``) at most ``hang_timeout`` + ``--gap-slack`` (where given; the fault fuzz 15 s); the stall watchdog silent (no
 ``events/stall`` record, no ``stalled`` failure); the run ended by itself. The soak itself always ends: no batch
 for ``--jam-s`` (``stall_timeout`` + 30 s) and the trainer SIGTERMs itself (topo raises it in the training loop
 and tears down), reporting the figures so far; a trainer still running past a deadline (its minutes, settle, jam
@@ -356,7 +356,7 @@ def trainer(args) -> None:
     low, high = (float(x) for x in args.continue_after.split(","))
     delivered: dict[tuple[int, int], int] = {}  # (global row, life) -> frames the batches held
     full, batches, frames = 0, 0, 0
-    gaps = {"longest_s": 0.0, "longest_at_s": None, "last": None}  # between batches (from ready to the first too)
+    gaps = {"longest_s": 0.0, "longest_at_s": None, "last": None, "first_s": None}  # between batches; first_s: ready to the first
     ended, closed, stalls, injector, jam = None, None, [], None, None
     started = time.monotonic()
     try:
@@ -375,7 +375,9 @@ def trainer(args) -> None:
             try:
                 for batch in run.collector:
                     now = time.monotonic()
-                    if now - gaps["last"] > gaps["longest_s"]:
+                    if gaps["first_s"] is None:
+                        gaps["first_s"] = round(now - ready, 3)
+                    elif now - gaps["last"] > gaps["longest_s"]:
                         gaps.update(longest_s=round(now - gaps["last"], 3), longest_at_s=round(gaps["last"] - ready, 1))
                     gaps["last"] = now
                     batches += 1
@@ -427,7 +429,7 @@ def trainer(args) -> None:
            "minutes": args.minutes, "mean_gap_s": args.mean_gap, "ready_s": ready_s,
            "kinds": list(kinds), "continue_after_s": [low, high],
            "batches": {"delivered": batches, "full": full, "frames_per_batch": plan.data["collector"]["frames_per_batch"]},
-           "gaps": {"longest_s": gaps["longest_s"], "longest_began_s": gaps["longest_at_s"]},
+           "gaps": {"longest_s": gaps["longest_s"], "longest_began_s": gaps["longest_at_s"], "first_batch_s": gaps["first_s"]},
            "ended": None if ended is None else {"by": type(ended).__name__, "message": str(ended)[:2000],
                                                 "jam_watch": jam.fired if jam is not None else None},
            "closed": None if closed is None else f"{type(closed).__name__}: {str(closed)[:2000]}",

@@ -73,6 +73,18 @@ def test_async_rows_records_and_report(tmp_path):
     assert "push left" in shown.stdout and "push right" in shown.stdout
 
 
+def test_async_workers_start_from_a_forkserver_of_the_runs_own_ended_with_it(tmp_path):
+    """Two async runs in one process: each starts its env workers and server from a forkserver of its own (the
+    first run's preload would not be the second's), and none outlives its run."""
+    spec = async_spec(tmp_path)
+    done = guarded([sys.executable, str(HERE / "two_async_runs.py"), str(spec), str(tmp_path / "reports")],
+                   env=subprocess_env())
+    assert done.returncode == 0, done.stderr
+    runs = [e for e in parse(done.stdout) if e["event"] == "run"]
+    assert [len(r["during"]) for r in runs] == [1, 1] and runs[0]["during"] != runs[1]["during"]
+    assert [r["after"] for r in runs] == [[], []] and [r["children"] for r in runs] == [[], []]
+
+
 def test_an_async_run_behind_a_100_ms_forward_is_called_inference_bound(tmp_path):
     """Each worker's own wait for the server, between its steps, is the run's inference wait (async mode has no
     subcollector calling a policy)."""

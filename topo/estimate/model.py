@@ -175,7 +175,8 @@ class Layout:
         server = placement.get("server") or {}
         return cls(tuple(s["num_workers"] for s in subs), nodes, "server" if async_mode and where else where,
                    (server.get("node") or UNPLACED) if ray and server else HOST, async_mode,
-                   plan["start_methods"]["workers"] == "forkserver" and not async_mode, launch_mode(plan),
+                   plan["start_methods"]["workers"] != "spawn" if async_mode
+                   else plan["start_methods"]["workers"] == "forkserver", launch_mode(plan),
                    plan["collector"]["frames_per_batch"], plan["launch"].get("max_concurrent_starts"),
                    policy.get("device") if where else None,
                    tuple(sorted(Counter(w["render_gpu"] for s in subs for w in s["workers"]
@@ -226,6 +227,8 @@ def memory(layout: Layout, fp: Footprint, node: str) -> Memory:
     if not layout.async_mode:
         processes += len(subs) * (2 if layout.forkserver else 1)
         policies += len(subs) if layout.policy == "subcollector" else 0
+    elif node == HOST and layout.forkserver:  # async mode: one forkserver, the trainer's
+        processes += 1
     if layout.policy == "server" and layout.server_node == node:
         processes, policies = processes + 1, policies + 1
     if node == HOST:  # the trainer, and its copy of the policy
@@ -290,7 +293,7 @@ def ready(layout: Layout, pace: Pace, budgets: Mapping[str, Budget]) -> dict[str
     """Expected time to ready on the node where it is longest (``s``), with the bench's lower bound beside it
     (``bound_s``, its ``chain_s`` and ``work_s``). Where the workers import nothing themselves (a preloading
     forkserver's forks, or ``fork``): first the imports no worker can start before (each subcollector's, then
-    its forkserver's), then every worker's construction and first reset spread over the cores; never under the
+    its forkserver's; in async mode the trainer's one forkserver's), then every worker's construction and first reset spread over the cores; never under the
     bound. Other modes: the bound."""
     out: dict[str, Any] = {}
     parents = {"forkserver-preload": 2, "fork": 1}.get(layout.bench_mode)
@@ -302,8 +305,9 @@ def ready(layout: Layout, pace: Pace, budgets: Mapping[str, Budget]) -> dict[str
         cores = budgets[name].cores
         bound = lower_bound(layout.bench_mode, Shape(sum(counts), len(counts), max(counts)), costs, cores, cap=layout.cap)
         expected = bound["s"]
-        if parents:
-            prefix = max(parents * costs.shared, len(counts) * parents * cpu.shared / cores)
+        if parents:  # async mode: one forkserver, no subcollector
+            chain, groups = (1, 1) if layout.async_mode else (parents, len(counts))
+            prefix = max(chain * costs.shared, groups * chain * cpu.shared / cores)
             expected = max(expected, prefix + max(costs.construct + costs.reset,
                                                   sum(counts) * (cpu.construct + cpu.reset) / cores))
         if not out or expected > out["s"]:

@@ -15,7 +15,9 @@ named as hung and restarted as a dead one is.
 Every env worker runs :func:`topo.launch.async_mode.slots.make_env` (:func:`topo.worker.make_env` plus the
 instruction as bytes) over its row's kwargs: ``create_env_kwargs`` per worker, one module-level factory.
 The slot layouts come from the backend's declared layout (:mod:`.slots`): no env is built in this
-process. Workers are started with ``spawn`` (a forkserver started here would outlive the run).
+process. Workers start as the plan says (``start_methods.workers``): from a forkserver by default, which imports
+the plan's ``launch.preload`` and the async worker's loop once (:func:`worker_context`), ended with the run (the
+trainer SIGKILLed: at the end of its pipe); ``spawn`` where the plan says so.
 
 The trainer's weights reach the server through torchrl's own path (``update_policy_weights_``: the server applies
 them between forwards and bumps its version, stamped on every step it serves): :class:`ServedPlacement`. An eval
@@ -47,6 +49,7 @@ class AsyncEngine:
     weight_sync = None
     policy_setup = None  # topo.launch.policy.PolicySetup: the spec's policy, or the caller's factory over it
     respawner = None  # topo.launch.async_mode.respawn.Respawner, once built
+    forkserver = False  # this run started this process's forkserver (its env workers, its server)
 
     def check(self, plan: dict[str, Any]) -> None:
         """Nothing to reach."""
@@ -73,10 +76,11 @@ class AsyncEngine:
 
         setup, run = self.policy_setup, RunDir.current()
         rows = [row for sub in plan["subcollectors"] for row in sub["workers"]]
+        self.forkserver = plan["start_methods"]["workers"] != "spawn"
         layout = get_backend(plan["env"]["backend"]).layout(plan["env"]["kwargs"])
         request, response, instruction = slots.slot_layouts(layout, setup.factory, setup.kwargs,
                                                             plan["env"].get("transforms"))
-        context = respawn.Context(multiprocessing.get_context("spawn"), len(rows),
+        context = respawn.Context(worker_context(plan), len(rows),
                                   restarts=bool((plan["launch"].get("restarts") or {}).get("max")))
         if run is not None:
             for sub in plan["subcollectors"]:
@@ -109,6 +113,8 @@ class AsyncEngine:
         if self.respawner is not None:
             self.respawner.stop()
         collector.shutdown(timeout=timeout, raise_on_error=False)
+        if self.forkserver:
+            end_forkserver()
         return []
 
 
@@ -134,6 +140,36 @@ class ServedPlacement(Placement):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "placement": "server", "weight_sync": "server", "transport": "slots"}
+
+
+ASYNC_PRELOAD = ["torchrl.collectors", "topo.launch.async_mode.slots"]  # the worker's loop and env factory
+
+
+def worker_context(plan: dict[str, Any]):
+    """The context the env workers (and the server) start with: ``spawn`` where the plan says so, else a forkserver
+    of this run's own (``fork`` too: forking the trainer would copy its threads' locks mid-hold), preloading the
+    plan's ``launch.preload`` (none of it makes a GL or CUDA context: :func:`topo.compiler.plan.preload_modules`)
+    and the async worker's modules. One this process ran already (another run's, the user's) is ended first:
+    a forkserver's preload is fixed when it starts."""
+    if plan["start_methods"]["workers"] == "spawn":
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    end_forkserver()
+    ctx.set_forkserver_preload(list(plan["launch"].get("preload") or []) + ASYNC_PRELOAD)
+    return ctx
+
+
+def end_forkserver() -> None:
+    """End this process's forkserver, if it runs (CPython's own ``_stop``: its pipe closed, the process reaped);
+    the next process started from it starts a new one. One the teardown ended and reaped already is forgotten."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    with server._lock:
+        try:
+            server._stop_unlocked()
+        except OSError:  # reaped already (ChildProcessError), or its socket gone: forgotten all the same
+            server._forkserver_pid = server._forkserver_address = None
 
 
 def _chunk(plan: dict[str, Any], workers: int) -> int:

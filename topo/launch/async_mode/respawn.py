@@ -108,7 +108,15 @@ class Context:
         i = kwargs["env_id"]
         kwargs = {**kwargs, "result_queue": kwargs["result_queue"].outbox(i), "error_queue": kwargs["error_queue"].outbox(i)}
         self.made[i] = {"target": target, "kwargs": kwargs, "name": name}
-        return self.ctx.Process(target=target, kwargs=kwargs, name=name, daemon=daemon)
+        return self.start(i, kwargs)
+
+    def start(self, i: int, kwargs: dict):
+        """A process (not started) for env worker ``i`` over ``kwargs``, in this process's environment as it is now
+        (a forkserver's children would inherit the forkserver's, as it was when it started: a restart's launch
+        window sets its worker life there)."""
+        made = self.made[i]
+        return self.ctx.Process(target=functools.partial(_in_environ, dict(os.environ), made["target"]),
+                                kwargs=kwargs, name=made["name"], daemon=True)
 
     def Event(self) -> Flag:
         return Flag(self.ctx)
@@ -217,6 +225,13 @@ class Outbox:
     def _handed(self) -> None:
         with _counting:
             self._held[self._sender.i] -= 1
+
+
+def _in_environ(environ: dict[str, str], target: Callable, **kwargs: Any) -> None:
+    """In an env worker: ``target(**kwargs)`` in the environment its starter had."""
+    os.environ.clear()
+    os.environ.update(environ)
+    target(**kwargs)
 
 
 def worker_id() -> int | None:
@@ -361,9 +376,7 @@ class Respawner:
             heartbeat.create(self.run.path, c, start.restart, len(ids))
         with start.window:
             for i, row in zip(ids, start.rows):
-                made = self.context.made[i]
-                proc = self.context.ctx.Process(target=made["target"], name=made["name"], daemon=True,
-                                                kwargs={**made["kwargs"], "create_env_kwargs": row["kwargs"]})
+                proc = self.context.start(i, {**self.context.made[i]["kwargs"], "create_env_kwargs": row["kwargs"]})
                 proc.start()
                 self.procs[i] = proc
         self.starting[c] = self.lives[c] = start.restart
