@@ -62,6 +62,7 @@ GPU_PROCESS_GB = 0.5  # a CUDA context and TinyVLA in one process, when not meas
 GPU_WORKER_GB = 0.5  # one worker's EGL context and textures, when not measured
 STEPS_PER_BATCH = 4  # frames per batch: every worker's steps x this
 WARMUP_BATCHES = 2
+KILL_GRACE_S = 30  # a case past its timeout: SIGTERM (topo's teardown), then SIGKILL to its session after this
 SOFTWARE = ("llvmpipe", "softpipe", "swrast")  # GL renderers that run on the CPU (topo.doctor.host._software)
 EGL_VENDOR_FILES = ("/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json",
                     "/usr/share/glvnd/egl_vendor.d/10_nvidia.json")
@@ -179,8 +180,8 @@ def summary(steps: dict[str, dict]) -> dict[str, Any]:
     """The headline figures of the steps: ready against its bound, frames/s sync and async, GPU memory."""
     render, modes, largest = steps.get("render") or {}, steps.get("policy_modes") or {}, steps.get("largest") or {}
     runs = modes.get("runs") or {}
-    peaks = [r.get("gpu", {}).get("peak_used_mb") for r in [render, *runs.values(), largest] if r.get("gpu")]
-    peaks = [p for p in peaks if p is not None]
+    runs_of = [render.get("run") or {}, *runs.values(), largest.get("run") or {}]
+    peaks = [p for p in ((r.get("gpu") or {}).get("peak_used_mb") for r in runs_of) if p is not None]
     return {
         "render": {"ok": render.get("ok"), "renderers": (render.get("render_check") or {}).get("renderers")},
         "frames_per_s": {mode: (runs.get(mode) or {}).get("frames_per_s") for mode in ("async", "sync")},
@@ -378,6 +379,11 @@ def case_main(case_path: str) -> None:
     from topo.runtime import gl
 
     gl.hold()  # as topo launch: this process builds no env and opens no GL display, before torch
+
+    def stop(signum, frame):  # the parent's timeout: end the run through its own teardown, report written
+        raise TimeoutError("stopped by scripts/gpu-check: the step's timeout passed")
+
+    signal.signal(signal.SIGTERM, stop)
     with open(case_path) as f:
         case = json.load(f)
     out: dict[str, Any] = {"ok": False}
@@ -444,7 +450,7 @@ def run_case(name: str, spec: dict, work: str, *, seconds: float, timeout: float
             timed_out = True
             proc.send_signal(signal.SIGTERM)  # topo's teardown on SIGTERM
             try:
-                proc.wait(timeout=60)
+                proc.wait(timeout=KILL_GRACE_S)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)  # the child's own session: only what it started
                 proc.wait()
@@ -478,14 +484,14 @@ def ready_s(result: dict) -> float | None:
 # -- the steps ---------------------------------------------------------------------------------------------------------
 
 class Check:
-    def __init__(self, args, found: dict, work: str):
+    def __init__(self, args, found: dict, work: str, started: float):
         self.args, self.found, self.work = args, found, work
         self.dry = args.cpu_dry
         self.gpu = None if self.dry else 0
         self.cuda = bool(found["torch"].get("cuda_devices"))
         self.device = "cuda" if self.cuda and not self.dry else "cpu"  # the policy's
         self.camera = args.camera or (64 if self.dry or args.quick else 256)
-        self.deadline = time.monotonic() + args.budget
+        self.deadline = started + args.budget
         self.env = child_env(found.get("egl", {}).get("vendor_file"))
         self.steps: dict[str, dict] = {}
 
@@ -494,7 +500,7 @@ class Check:
 
     def timeout(self, wanted: float, least: float) -> float | None:
         """``wanted`` seconds or what is left of the budget, None when less than ``least`` is left."""
-        left = self.left() - 10
+        left = self.left() - KILL_GRACE_S - 10  # a step past its timeout gets KILL_GRACE_S to tear down
         return None if left < least else min(wanted, left)
 
     def step(self, name: str, fn) -> None:
@@ -590,12 +596,12 @@ class Check:
                 gpu_free = (total_used[0][0] - total_used[0][1]) / 1024
             elif self.found["torch"].get("memory"):
                 gpu_free = self.found["torch"]["memory"][self.gpu][0] / 2 ** 30
-            if render.get("gpu_mb_per_worker"):
+            if render.get("ok") and render.get("gpu_mb_per_worker"):
                 gpu_worker = render["gpu_mb_per_worker"] / 1024
             sync = ((self.steps.get("policy_modes") or {}).get("runs") or {}).get("sync") or {}
             shape = (self.steps.get("policy_modes") or {}).get("shape")
             used = (sync.get("gpu") or {}).get("peak_over_baseline_mb")
-            if used and shape and gpu_worker:
+            if used and shape and gpu_worker and sync.get("ok"):
                 s2, w2 = map(int, shape.split("x"))
                 gpu_process = max(GPU_PROCESS_GB, (used / 1024 - s2 * w2 * gpu_worker) / s2)
         cores = os.cpu_count() or 1
@@ -626,7 +632,10 @@ class Check:
             fits = estimates[-1]["fits_per_subcollector"]
             if not est.get("refusals") or not fits:
                 break
-            w = max(1, fits - fits % 2)
+            if fits < 2:  # the spec's groups are pairs of workers
+                return {**out, "estimates": estimates, "ok": False,
+                        "error": "the estimate says fewer than 2 workers per subcollector fit: " + "; ".join(est["refusals"])}
+            w = fits - fits % 2
         out["estimates"] = estimates
         est = estimates[-1]
         timeout = self.timeout(300, 100)
@@ -680,7 +689,7 @@ def git_commit() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="scripts/gpu-check", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="scripts/gpu-check", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller topologies, shorter measures (~4 min)")
     parser.add_argument("--cpu-dry", action="store_true",
@@ -704,20 +713,20 @@ def main(argv: list[str] | None = None) -> int:
     args.seconds = args.seconds or (10 if small else 30)
     args.seconds_largest = args.seconds_largest or (10 if small else 20)
     args.max_per_core = args.max_per_core or (1 if args.cpu_dry else 2 if args.quick else 6)
+    started = time.monotonic()
     found = detect()
     reason = no_gpu_reason(found)
     if reason is not None and not args.cpu_dry:
         print(f"gpu-check: no GPU ({reason}): nothing to check (--cpu-dry runs the same steps on the CPU)")
         return 0
-    started = time.monotonic()
     found["egl"] = egl_setup(gpu=not args.cpu_dry)
     out_path = args.out or os.path.join(RESULTS, "gpu_check_cpu_dry.json" if args.cpu_dry else "gpu_check.json")
     work = args.work or tempfile.mkdtemp(prefix="topo-gpu-check-")
     os.makedirs(work, exist_ok=True)
-    check = Check(args, found, work)
+    check = Check(args, found, work, started)
     print(f"gpu-check: {'CPU dry run' if args.cpu_dry else found['nvidia_smi']['status']}; work in {work}; "
           f"JSON to {out_path}", flush=True)
-    data = {"what": __doc__.splitlines()[0], "mode": "cpu-dry" if args.cpu_dry else "gpu", "quick": args.quick,
+    data = {"what": " ".join(__doc__.split("\n\n")[0].split()), "mode": "cpu-dry" if args.cpu_dry else "gpu", "quick": args.quick,
             "when": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "commit": git_commit(),
             "host": os.uname().nodename, "cpus": os.cpu_count(), "memory": meminfo(), "found": found,
             "budget_s": args.budget, "camera_px": check.camera}
