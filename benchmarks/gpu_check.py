@@ -12,7 +12,8 @@ writing nothing. On a GPU, every step is a real topo run (``topo.collector`` in 
 1. ``render``: real LIBERO 1 x 4 (``--quick``: 1 x 2), ``render_gpus: [0]``, random actions. Every worker's
    render device as it resolved it inside the worker (the report's ``render_devices``: the EGL device, the CUDA
    index it shows, the GL renderer string of its context) must be GPU 0 with a hardware renderer; the GPU's
-   memory per worker is read from ``nvidia-smi`` (its peak over the run, less the baseline).
+   memory per worker is read from ``nvidia-smi`` (its peak over the run, less the baseline). When it fails,
+   ``topo doctor`` of the same spec says why (GL, render devices, imports).
 2. ``policy_modes``: LIBERO 2 x 4 (``--quick``: 1 x 4) rendered on GPU 0, TinyVLA with ``policy.device: cuda``:
    ``collector.mode: async`` (one inference server on CUDA) then multi mode (a copy on CUDA per subcollector),
    side by side: time to ready, frames/s over ``--seconds`` after two warm-up batches, the policy's device as
@@ -537,6 +538,8 @@ class Check:
             out["error"] = got.get("error") or "the run failed"
         elif not check["ok"]:
             out["error"] = "; ".join(check["problems"])
+        if not out["ok"] and self.left() > 200:  # why: topo doctor on the same spec (GL, render devices, imports)
+            out["doctor"] = doctor(got["spec"], self.env)
         return out
 
     # 2
@@ -568,6 +571,8 @@ class Check:
                 got["ok"], got["error"] = False, f"the policy ran on {policy.get('device')!r}, not {self.device}"
             if got.get("ok") and not got["render_check"]["ok"]:
                 got["ok"], got["error"] = False, "; ".join(got["render_check"]["problems"])
+            if got.get("ok") and not got.get("frames_per_s"):
+                got["ok"], got["error"] = False, "no frames counted after the warm-up batches"
             if not got.get("ok"):
                 errors.append(f"{mode}: {got.get('error') or 'the run failed'}")
             runs[mode] = got
@@ -681,6 +686,19 @@ def estimate(spec_path: str, env: dict, timeout: float) -> dict[str, Any]:
     if done.returncode != 0 or not out.get("ready"):
         out["error"] = done.stderr[-2000:]
     return out
+
+
+def doctor(spec_path: str, env: dict) -> list[dict] | dict:
+    """``topo doctor SPEC --format json``: each check's name, status and detail (or why it did not answer)."""
+    done = _run([sys.executable, "-m", "topo.cli", "doctor", spec_path, "--format", "json"], timeout=180, env=env)
+    if done is None:
+        return {"error": "topo doctor did not answer in 180 s"}
+    start = done.stdout.find("{")
+    try:
+        checks = json.loads(done.stdout[start:])["checks"]
+    except (ValueError, KeyError):
+        return {"exit_code": done.returncode, "error": (done.stderr or done.stdout)[-1500:]}
+    return [{k: c.get(k) for k in ("name", "status", "detail")} for c in checks]
 
 
 def git_commit() -> str | None:
