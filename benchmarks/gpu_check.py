@@ -1,8 +1,8 @@
 """A GPU check, ready to run: real LIBERO rendering with EGL on the GPU, TinyVLA on CUDA in async and sync mode,
 and the largest LIBERO topology the memory allows; one JSON.
 
-    scripts/gpu-check                # a machine with a CUDA GPU (after bash scripts/setup): ~8 min, one JSON
-    scripts/gpu-check --quick        # smaller topologies, shorter measures: ~4 min
+    scripts/gpu-check                # a machine with a CUDA GPU (after bash scripts/setup): at most 9 min, one JSON
+    scripts/gpu-check --quick        # smaller topologies, shorter measures: at most 5 min
     scripts/gpu-check --cpu-dry      # the same steps on CPU (Mesa EGL, policy on cpu), 1 x 2: every code path, here
 
 Elsewhere (no GPU seen by ``nvidia-smi`` nor by torch) it prints ``no GPU (...): nothing to check`` and exits 0,
@@ -629,7 +629,7 @@ class Check:
         for _ in range(2):  # the estimate's probe may say fewer fit: then once more at what it says fits
             spec = spec_of(f"gpu-check-largest-{s}x{w}", s, w, camera=self.camera, render_gpu=self.gpu,
                            policy_device=self.device)
-            est = estimate(write_spec(spec, self.work), self.env, timeout=min(240.0, self.left() - 60))
+            est = estimate(write_spec(spec, self.work), self.env, timeout=min(150.0, self.left() - 60))
             estimates.append({k: est.get(k) for k in ("exit_code", "shape", "ready", "frames_per_s", "footprint_gb",
                                                        "refusals", "warnings", "gpu", "error", "seconds")}
                              | {"fits_per_subcollector": ((est.get("nodes") or {}).get("this host") or {})
@@ -709,7 +709,7 @@ def git_commit() -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/gpu-check", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="smaller topologies, shorter measures (~4 min)")
+    parser.add_argument("--quick", action="store_true", help="smaller topologies, shorter measures (at most 5 min)")
     parser.add_argument("--cpu-dry", action="store_true",
                         help="no GPU needed: the same steps with CPU rendering and the policy on cpu, 1 x 2")
     parser.add_argument("--out", help="the JSON [benchmarks/results/gpu_check.json; --cpu-dry: gpu_check_cpu_dry.json]")
