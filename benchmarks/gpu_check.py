@@ -20,7 +20,8 @@ writing nothing. On a GPU, every step is a real topo run (``topo.collector`` in 
    the report states it, GPU memory, the processes ``nvidia-smi`` shows on the GPU (each named by its role).
 3. ``largest``: the most workers this host's memory and the GPU's allow (:func:`largest_topology`: host memory
    from the render step's measured worker peak against MemAvailable, GPU memory from the render and policy
-   steps' figures against the GPU's free memory, at most ``--max-per-core`` workers per core), checked by
+   steps' figures against the GPU's free memory, at most ``--max-per-core`` workers per core and ``--max-workers``
+   in all), checked by
    ``topo plan --estimate`` (its probe; a refusal shrinks it to what the estimate says fits). Launched in multi
    mode with TinyVLA on CUDA: ready time against the estimate's lower bound (``ready.bound_s``: max(chain,
    work / cores), docs/benchmarks.md) and its prediction, frames/s against the predicted, every worker's render
@@ -614,11 +615,13 @@ class Check:
         host = meminfo()
         choice = largest_topology(subcollectors=subcollectors, host_available_gb=host["available_gb"],
                                   worker_gb=worker_gb, gpu_free_gb=gpu_free, gpu_worker_gb=gpu_worker,
-                                  gpu_process_gb=gpu_process, max_workers=max(2, int(self.args.max_per_core * cores)))
+                                  gpu_process_gb=gpu_process, max_workers=max(2, min(self.args.max_workers,
+                                                                         int(self.args.max_per_core * cores))))
         choice["figures"] = {"worker_gb": round(worker_gb, 3), "worker_gb_from": "the render step's peak" if peak.get("max")
                              else "declared", "gpu_free_gb": gpu_free and round(gpu_free, 2),
                              "gpu_worker_gb": gpu_worker and round(gpu_worker, 3), "gpu_process_gb": round(gpu_process, 3),
-                             "host": host, "cores": cores, "max_per_core": self.args.max_per_core}
+                             "host": host, "cores": cores, "max_per_core": self.args.max_per_core,
+                             "max_workers": self.args.max_workers}
         out: dict[str, Any] = {"choice": choice, "policy_device": self.device}
         if self.device != ("cpu" if self.dry else "cuda"):
             out["note"] = "torch sees no CUDA device here: the policy runs on cpu"
@@ -719,6 +722,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds-largest", type=float, help="the same for the largest topology [20; --quick 10]")
     parser.add_argument("--max-per-core", type=float, help="the largest topology's workers per core at most "
                         "[6; --quick 2; --cpu-dry 1]")
+    parser.add_argument("--max-workers", type=int, help="and at most this many in all [128; --quick 32]")
     parser.add_argument("--camera", type=int, help="camera px [256; --quick, --cpu-dry 64]")
     parser.add_argument("--steps", default="render,policy_modes,largest", help="which steps, in order")
     parser.add_argument("--case", help=argparse.SUPPRESS)
@@ -731,6 +735,7 @@ def main(argv: list[str] | None = None) -> int:
     args.seconds = args.seconds or (10 if small else 30)
     args.seconds_largest = args.seconds_largest or (10 if small else 20)
     args.max_per_core = args.max_per_core or (1 if args.cpu_dry else 2 if args.quick else 6)
+    args.max_workers = args.max_workers or (32 if small else 128)  # a bigger host: still within the budget
     started = time.monotonic()
     found = detect()
     reason = no_gpu_reason(found)
