@@ -54,6 +54,7 @@ FAST = (
     "tests/launch/test_transforms_units.py",
     "tests/launch/test_script_events.py",
     "tests/bench/test_bench_units.py",
+    "tests/bench/test_gpu_check.py",
     "tests/estimate/test_estimate_units.py",
     "tests/docs/test_pages.py",
     "tests/test_durations.py",
