@@ -62,7 +62,7 @@ class Channels:
 
     def __init__(self, ctx, workers: int):
         self.ends = [ctx.Pipe(duplex=False) for _ in range(workers)]  # (the trainer's reader, the worker's writer)
-        self._buffers = [bytearray() for _ in range(workers)]
+        self._parts = [_Part() for _ in range(workers)]
         self._ready = {RESULT: collections.deque(), ERROR: collections.deque()}  # (worker, life, payload)
         self._selector = selectors.DefaultSelector()
         for i, (reader, writer) in enumerate(self.ends):
@@ -75,7 +75,7 @@ class Channels:
         """What worker ``i``'s process gets, for messages of ``kind``."""
         return Sender(self.ends[i][1], i, kind)
 
-    def take(self, kind: int, timeout: float | None) -> tuple[int, int, bytes]:
+    def take(self, kind: int, timeout: float | None) -> tuple[int, int, bytearray]:
         """The next whole message of ``kind`` from any worker: ``(worker, life, payload)``; raises
         :class:`queue.Empty` after ``timeout`` seconds (None: until one comes)."""
         end = None if timeout is None else time.monotonic() + timeout
@@ -90,21 +90,29 @@ class Channels:
         return self._ready[kind].popleft()
 
     def _read(self, i: int) -> None:
-        buffer, fd = self._buffers[i], self.ends[i][0].fileno()
+        """What worker ``i``'s pipe holds now, read straight into its message (one copy)."""
+        part, fd = self._parts[i], self.ends[i][0].fileno()
         while True:
             try:
-                got = os.read(fd, PIPE_BYTES)
+                if part.message is None:
+                    got = os.read(fd, _HEADER.size - len(part.header))
+                    if not got:
+                        return
+                    part.header += got
+                    if len(part.header) < _HEADER.size:
+                        continue
+                    size, part.life, part.kind = _HEADER.unpack(part.header)
+                    part.message, part.filled = bytearray(size), 0
+                if part.filled < len(part.message):
+                    got = os.readv(fd, [memoryview(part.message)[part.filled:]])
+                    if not got:
+                        return
+                    part.filled += got
             except BlockingIOError:
-                break
-            if not got:
-                break
-            buffer += got
-        while len(buffer) >= _HEADER.size:
-            size, life, kind = _HEADER.unpack_from(buffer)
-            if len(buffer) < _HEADER.size + size:
-                break
-            self._ready[kind].append((i, life, bytes(buffer[_HEADER.size:_HEADER.size + size])))
-            del buffer[:_HEADER.size + size]
+                return
+            if part.filled == len(part.message):
+                self._ready[part.kind].append((i, part.life, part.message))
+                part.header, part.message = bytearray(), None
 
     def forget(self, i: int) -> None:
         """Worker ``i`` is dead: what it wrote and was not whole yet, thrown away (its restart writes afresh)."""
@@ -114,7 +122,7 @@ class Channels:
                 pass
         except BlockingIOError:
             pass
-        self._buffers[i].clear()
+        self._parts[i] = _Part()
 
     def close(self) -> None:
         if self.closed:
@@ -124,6 +132,13 @@ class Channels:
         for reader, writer in self.ends:
             reader.close()
             writer.close()
+
+
+class _Part:
+    """A message of one worker as far as it came: its header's bytes, then its payload filling."""
+
+    def __init__(self):
+        self.header, self.message, self.filled, self.life, self.kind = bytearray(), None, 0, 0, RESULT
 
 
 class Sender:
@@ -144,7 +159,7 @@ class Sender:
     def send(self, life: int, obj: Any, done=None) -> None:
         """Write ``obj`` (its tensors by value) now, from this thread; then ``done()``."""
         payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        _write_all(self._connection.fileno(), _HEADER.pack(len(payload), life, self.kind) + payload)
+        _write_all(self._connection.fileno(), _HEADER.pack(len(payload), life, self.kind), payload)
         if done is not None:
             done()
 
@@ -155,7 +170,7 @@ class Sender:
             self._pending, self._wake = collections.deque(), threading.Condition()
             threading.Thread(target=self._feed, name="topo-async-sender", daemon=True).start()
         with self._wake:
-            self._pending.append((_HEADER.pack(len(payload), life, self.kind) + payload, done))
+            self._pending.append((_HEADER.pack(len(payload), life, self.kind), payload, done))
             self._wake.notify()
 
     def _feed(self) -> None:
@@ -164,16 +179,17 @@ class Sender:
             with self._wake:
                 while not self._pending:
                     self._wake.wait()
-                message, done = self._pending.popleft()
-            _write_all(fd, message)
+                header, payload, done = self._pending.popleft()
+            _write_all(fd, header, payload)
             if done is not None:
                 done()
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+def _write_all(fd: int, *parts: bytes) -> None:
+    for part in parts:
+        view = memoryview(part)
+        while view:
+            view = view[os.write(fd, view):]
 
 
 def _widen(fd: int) -> None:
