@@ -24,7 +24,10 @@ pending (so several subcollectors can be recovering at once), and injects one of
   that starts the hang clock), it is named ``worker-hung`` (its pid) by the next restart of its subcollector,
   which recovers; stopped shorter than ``hang_timeout`` - ``EARLY_S`` (2 s: the clock runs from its last step's
   end, a moment before the SIGSTOP), it is named by nothing and ends an env step after its SIGCONT (its
-  heartbeat slot, within a minute); in between, either. Not in the default mix.
+  heartbeat slot, within a minute); in between, either. One its subcollector's restart for another fault kills
+  while stopped ends with it (a restart is of the whole subcollector). A restart is matched to the fault whose
+  process its cause names (the latest, where one process was faulted twice), else to the first fault of its
+  subcollector before it. Not in the default mix.
 
 ``--preset fault-fuzz`` is issue 46's fault fuzz: toy 2 x 4 in async mode for 10 minutes, a random env worker
 every ~2 s (``--mean-gap 2``; a subcollector with a fault not yet recovered from gets none, so the rate is what
@@ -456,16 +459,23 @@ def account(t: dict) -> dict:
     events.sort(key=lambda x: x[2]["decided_s"])
     faults = []
     hang = t["spec"]["launch"]["hang_timeout"]
+    # an event whose cause names a fault's process is that fault's, whatever came before it; the others go to the
+    # first event of their subcollector after them
+    by_pid = {}  # a process faulted twice (stopped, continued, stopped again): the event is the latest fault's
+    for what, i, e in events:
+        pid = (e.get("cause") or {}).get("pid")
+        faulted = [f for f in t["faults"] if pid is not None and f.get("pid") == pid and id(f) not in by_pid
+                   and f["injected_s"] - 0.05 <= e["decided_s"]]
+        if faulted:
+            by_pid[id(max(faulted, key=lambda f: f["injected_s"]))] = (what, i, e)
+            used.add((what, i))
     for f in t["faults"]:
-        found = next(((what, i, e) for what, i, e in events if (what, i) not in used
-                      and e["subcollector"] == f["subcollector"] and e["decided_s"] >= f["injected_s"] - 0.05), None)
+        found = by_pid.get(id(f))
+        if found is None and f["kind"] != "stop-continue":  # a stop-continue is named by its pid, or by nothing
+            found = next(((what, i, e) for what, i, e in events if (what, i) not in used
+                          and e["subcollector"] == f["subcollector"] and e["decided_s"] >= f["injected_s"] - 0.05), None)
         entry = {**f, "found_by": None, "named": False, "recovered": False}
         if f["kind"] == "stop-continue":
-            # named a hang: the next restart of its subcollector names it worker-hung (its pid); else it needs none
-            cause = found[2].get("cause", {}) if found is not None else {}
-            hung = cause.get("kind") == "worker-hung" and (cause.get("worker"), cause.get("pid")) == (f["worker"], f["pid"])
-            if not hung and f.get("stepped_again_s") is not None:
-                found = None  # it stepped again, unnamed: the event after it (if any) is another fault's
             entry["expected"] = ("step" if f["stop_s"] < hang - EARLY_S else
                                  "worker-hung" if f["stop_s"] > hang + LATE_S else "either")
         if found is not None:
@@ -489,14 +499,20 @@ def account(t: dict) -> dict:
                 entry["named"] = f["kind"] == "leak-worker" and e["breach"].get("worker") == f["worker"]
         if f["kind"] == "stop-continue":
             entry["outcome"] = ("worker-hung" if entry["named"] else "stepped" if f.get("stepped_again_s") is not None
-                                else "wrongly named" if found is not None else "neither named nor stepped")
+                                else "wrongly named" if found is not None
+                                else "ended with its subcollector" if f.get("gone")
+                                else "neither named nor stepped")
             # named and recovered: named worker-hung (and recovered) where it stayed stopped past hang_timeout
             # (+ LATE_S); stepped again after its SIGCONT, unnamed, where it was continued EARLY_S before; either
             # in between
-            entry["named"] = entry["outcome"] in {"step": ("stepped",), "worker-hung": ("worker-hung",),
-                                                  "either": ("stepped", "worker-hung")}[entry["expected"]]
+            entry["named"] = entry["outcome"] in {"step": ("stepped", "ended with its subcollector"),
+                                                  "worker-hung": ("worker-hung", "ended with its subcollector"),
+                                                  "either": ("stepped", "worker-hung", "ended with its subcollector")
+                                                  }[entry["expected"]]
             if entry["outcome"] == "stepped":
                 entry.update(found_by="its own step after the SIGCONT", recovered=True)
+            elif entry["outcome"] == "ended with its subcollector":  # another fault's restart killed it, stopped
+                entry.update(found_by="its subcollector's restart for another fault", recovered=True)
         faults.append(entry)
     unmatched = [{"what": what, "subcollector": e["subcollector"], "decided_s": e["decided_s"],
                   "cause": e.get("cause", {}).get("kind") or e.get("reason")} for what, i, e in events if (what, i) not in used]
