@@ -95,8 +95,9 @@ LONGEST_FIRST = ("tests/launch/test_async_mode.py", "tests/launch/test_restarts.
 #: ``scripts/test --durations``: each file's budget in seconds (its tests' setup, call and teardown, summed), the five
 #: longest at their figures in a whole-suite run (2026-12-05, issue 47), any other file :data:`BUDGET_S`; a file past
 #: its budget, and a test past :data:`LONG_TEST_S` without a docstring (to say why), are printed at the end.
-#: test_ray_training's 400 s scaled by what its forkserver workers saved it alone (506.8 s -> 353.4 s, 2026-12-06)
-BUDGETS_S = {"tests/ray/test_ray_training.py": 290, "tests/launch/test_restarts.py": 400,
+#: test_ray_training's 400 s scaled by what its forkserver workers saved it side by side with the spawned ones
+#: (667.3 s -> 598.0 s, 2026-12-06; 506.8 s -> 353.4 s one after the other, the load differing)
+BUDGETS_S = {"tests/ray/test_ray_training.py": 360, "tests/launch/test_restarts.py": 400,
              "tests/launch/test_evaluation.py": 215, "tests/libero/test_libero_options.py": 190,
              "tests/bench/test_bench.py": 175,
              "tests/launch/test_fault_fuzz.py": 180}  # issue 46's fuzz: a start, a minute of faults, the recoveries
