@@ -5,6 +5,10 @@ One bench run (module-scoped: ~5 toy launches) serves every test of it. Its mode
 again), ``homogeneous``, ``forkserver-preload`` (topo's default, and the forkserver start method: plain
 ``forkserver`` differs only in its preload, asserted on the plans), ``fork`` and ``capped`` (``workers``
 with a cap: spawned workers with worker metadata; ``workers`` alone is what tests/launch launches).
+
+Its topology is 1 x 2 (tests/bench/test_bench_units.py plans 2 x 2): two workers tell one construction per worker
+(the recipe's subcollector builds 2) from one per subcollector (homogeneous builds 1), and a cap of 1 from none
+(the start slots are the run's); a second subcollector would add a process start to each mode and prove nothing more.
 """
 from __future__ import annotations
 
@@ -15,10 +19,13 @@ import sys
 
 import pytest
 
-from tests.bench.test_bench_units import SPEC
+from tests.bench.test_bench_units import SPEC as PLANNED_SPEC
 
 MODES = ("recipe", "homogeneous", "forkserver-preload", "fork", "capped")
 WORKER_METADATA = ("forkserver-preload", "fork", "capped")
+SPEC = PLANNED_SPEC.replace("topology: {subcollectors: 2, workers_per_subcollector: 2}",
+                            "topology: {subcollectors: 1, workers_per_subcollector: 2}").replace("tasks: 0-3", "tasks: 0-1")
+assert SPEC != PLANNED_SPEC
 
 
 @pytest.fixture(scope="module")
@@ -52,9 +59,9 @@ def test_every_mode_ran_once_and_left_nothing(bench):
 def test_constructions_per_mode(bench):
     out, result, _ = bench
     built = {mode: result["modes"][mode]["constructions"] for mode in MODES}
-    assert built["homogeneous"] == {"trainer": 0, "server": 0, "subcollector": 2, "worker": 4}
+    assert built["homogeneous"] == {"trainer": 0, "server": 0, "subcollector": 1, "worker": 2}  # one per subcollector
     for mode in WORKER_METADATA:
-        assert built[mode] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 4}, mode
+        assert built[mode] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 2}, mode
         assert summary(out, mode)["inherited_gl"] == {"workers": 0, "libraries": []}, mode
     assert summary(out, "capped")["launch"]["peak_concurrent_starts"] == 1
     assert summary(out, "forkserver-preload")["topology"]["start_methods"]["workers"] == "forkserver"
@@ -66,10 +73,10 @@ def test_the_recipe_is_the_baseline_and_builds_every_env_twice(bench):
     out, result, stdout = bench
     assert result["baseline"] == "recipe"
     # legacy's construction: each subcollector builds its workers' envs once more, one distinct callable each
-    assert result["modes"]["recipe"]["constructions"] == {"trainer": 0, "server": 0, "subcollector": 4, "worker": 4}
+    assert result["modes"]["recipe"]["constructions"] == {"trainer": 0, "server": 0, "subcollector": 2, "worker": 2}
     recipe = summary(out, "recipe")
     assert recipe["plan"]["launch"]["construction"] == "legacy" and recipe["plan"]["env"]["builder"] == "topo.envs.toy:build"
-    assert recipe["inherited_gl"]["workers"] == 4  # its subcollectors built envs, so their workers imported mujoco with GL on
+    assert recipe["inherited_gl"]["workers"] == 2  # its subcollectors built envs, so their workers imported mujoco with GL on
     assert result["modes"]["recipe"]["speedup_vs_baseline_median"] == 1.0
     assert all(result["modes"][m]["speedup_vs_baseline_median"] > 0 for m in MODES)
     assert result["modes"]["recipe"]["lower_bound"] is not None  # toy: the recipe's builder is topo's, bounded alike
@@ -81,14 +88,13 @@ def test_memory_per_worker_is_each_workers_own(bench):
     out, result, stdout = bench
     for mode in MODES:
         figures = result["modes"][mode]["worker_peak_rss_mb"]
-        assert figures["n"] == 4 and 0 < figures["min"] <= figures["median"] <= figures["max"] < 4096, (mode, figures)
+        assert figures["n"] == 2 and 0 < figures["min"] <= figures["median"] <= figures["max"] < 4096, (mode, figures)
         s = summary(out, mode)
         rows = s["memory"]["workers"]
-        assert [(r["subcollector"], r["worker"], r["global_index"]) for r in rows] == [(0, 0, 0), (0, 1, 1), (1, 0, 2),
-                                                                                      (1, 1, 3)]
+        assert [(r["subcollector"], r["worker"], r["global_index"]) for r in rows] == [(0, 0, 0), (0, 1, 1)]
         assert [r["pid"] for r in rows] == s["processes"]["worker_pids"], mode  # never a subcollector's (recipe)
         assert all(0 < r["rss_mb"] <= r["peak_rss_mb"] for r in rows), (mode, rows)
-        assert s["memory"]["measured"] == 4 and s["memory"]["peak_rss_mb"]["max"] == figures["max"], mode
+        assert s["memory"]["measured"] == 2 and s["memory"]["peak_rss_mb"]["max"] == figures["max"], mode
     assert "worker MB" in stdout.splitlines()[0]
 
 

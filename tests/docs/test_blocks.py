@@ -42,6 +42,8 @@ def test_some_blocks_run():
 
 @pytest.mark.parametrize("block", RUN, ids=[b.id for b in RUN])
 def test_block_runs(block, tmp_path):
+    """A block as the page shows it, in a fresh process; those that launch (README's training loop: toy 2 x 3, its
+    processes started and torn down) take a minute or more here."""
     cwd = _scratch(tmp_path)
     if block.language == "bash":
         command = ["bash", "-euo", "pipefail", "-c", block.code]

@@ -85,6 +85,8 @@ def test_the_certificate_names_what_ran_and_every_episode(evaluated):
 
 
 def test_verify_passes_on_a_sample_and_fails_naming_an_edited_episode(evaluated, tmp_path):
+    """Long: each `topo eval verify` is a run of its own (eval workers rebuilt, the sampled episodes run again with
+    each checkpoint's weights): two of them here."""
     folder, _ = evaluated
     ok = topo_(folder, "eval", "verify", "out/certificate.json", "--sample", "4", "--seed", "5", "--quiet")
     assert ok.returncode == 0 and "verified: every episode identical" in ok.stdout, ok.stdout + ok.stderr

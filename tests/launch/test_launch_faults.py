@@ -145,8 +145,8 @@ def test_signal_during_collection_closes_every_env(started, signum):
 
 @pytest.mark.parametrize("placement", ["subcollector", "server"])
 def test_a_policy_factory_that_raises_is_named(tmp_path, placement):
-    policy = {"factory": "faulty:failing_policy", "placement": placement}
-    spec = write(tmp_path / "spec.yaml", toy_spec(2, 2, policy=policy))
+    policy = {"factory": "faulty:failing_policy", "placement": placement}  # 1 x 2: the message names no subcollector
+    spec = write(tmp_path / "spec.yaml", toy_spec(1, 2, policy=policy))
     report = tmp_path / "report"
     result = launch(spec, "--report", report, "--quiet")
     t_end = time.time()

@@ -43,6 +43,8 @@ def topo(*args, env: dict) -> subprocess.CompletedProcess:
 
 
 def test_a_plugin_is_listed_validated_planned_and_doctored(installed, tmp_path):
+    """Long for a test without a launch: each `topo` command is a fresh process that finds the plug-in through its
+    entry points, and `topo doctor` probes this host in child processes."""
     env = subprocess_env(installed)
     spec = write(tmp_path / "pendulum.yaml", SPEC)
     assert "pendulum                 plug-in topo-pendulum 0.1.0" in topo("--help", env=env).stdout
@@ -73,6 +75,8 @@ def test_a_plugin_is_listed_validated_planned_and_doctored(installed, tmp_path):
 
 @pytest.mark.slow
 def test_a_plugin_launches_with_every_env_in_its_worker(installed, tmp_path):
+    """Long: `topo plan` in a process of its own, then a real 2 x 2 launch of the installed plug-in's plan (a
+    trainer, 2 subcollectors, their workers) and its teardown."""
     env = subprocess_env(installed)
     spec = write(tmp_path / "pendulum.yaml", SPEC)
     assert topo("plan", spec, "-o", tmp_path / "plan.json", env=env).returncode == 0

@@ -30,6 +30,8 @@ TINY = {"action_dim": 4, "image_size": 16, "state_dim": 8}
 
 @pytest.mark.slow
 def test_the_recipes_loop_through_the_drop_in_collects_syncs_and_leaves_nothing(tmp_path):
+    """Long: the module's one real-process run, the recipe's loop over toy 2 x 2 with TinyVLA on topo's inference
+    server (a trainer, a server, 2 subcollectors, 4 workers), 3 iterations and its teardown."""
     # episodes that end within a few steps (the toy env truncates none): whole trajectories reach the buffer
     env = {"backend": "toy", "kwargs": {"success_steps": 1, "state_dim": 8, "success_tol": 0.5}}
     spec = write(tmp_path / "toy.yaml", toy_spec(2, 2, env=env, launch=dict(LAUNCH_LIMITS)))

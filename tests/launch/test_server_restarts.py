@@ -17,6 +17,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_restarted_subcollector_asks_the_server_through_its_slot_with_the_pushed_weights(tmp_path):
+    """Long: a real toy 2 x 2 training run with the inference server, a worker SIGKILLed and its subcollector
+    started again (a new process, its workers and its client), 3 iterations."""
     report_dir = tmp_path / "report"
     spec = write(tmp_path / "toy.yaml", toy_spec(2, 2))
     done = subprocess.run([sys.executable, str(HERE / "trainer.py"), str(spec), "--placement", "server", "--then",

@@ -40,6 +40,7 @@ def plan_of(report) -> dict:
 
 @pytest.mark.parametrize("mode", ["multi", "async"])
 def test_chunks_in_each_worker_count_decisions_and_env_steps_and_replay(tmp_path, mode):
+    """Long: a real launch (toy 1 x 2, TinyVLA deciding chunks of 8) and a replay of its episodes, per mode."""
     spec, report = write(tmp_path / "chunked.yaml", chunked_spec(mode)), tmp_path / "report"
     result = launch(spec, "--batches", 3, "--report", report)
     t_end = time.time()

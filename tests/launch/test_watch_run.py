@@ -27,6 +27,8 @@ def topo(*args) -> subprocess.CompletedProcess:
 
 
 def test_top_and_trace_of_a_run_with_a_restart_and_an_evaluation(tmp_path):
+    """Long: one real run with a SIGKILLed worker's restart and an eval process after its batches, then
+    `topo top` and `topo runs trace` of it, each a fresh process."""
     data = toy_spec(1, 2, launch=dict(LAUNCH_LIMITS, restarts={"max": 1}))
     data["policy"] = {"factory": "topo.policies.tinyvla:make", "kwargs": {"action_dim": 4, "image_size": 16,
                                                                          "state_dim": 8}}

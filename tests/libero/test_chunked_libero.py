@@ -18,6 +18,8 @@ pytestmark = [pytest.mark.libero, pytest.mark.slow, needs_libero]
 
 @pytest.mark.parametrize("example", ["libero_chunked.yaml", "libero_chunked_async.yaml"])
 def test_libero_acts_in_chunks_in_each_worker(tmp_path, example):
+    """Long (1-2 minutes each here): a real LIBERO launch of the example as written (its workers build their scenes,
+    each decision steps 8 times), and for the sync one a `topo replay` that builds the scene again."""
     spec = yaml.safe_load(open(os.path.join(ROOT, "examples", example)))
     spec["launch"]["record_actions"] = True
     path, report_dir = tmp_path / example, tmp_path / "report"

@@ -96,6 +96,8 @@ def doctor(tmp_path, extra="", subs=2, *args):
 @needs_libero
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="expects a host without NVIDIA GPU")
 def test_doctor_on_this_cpu_host(tmp_path):
+    """Long: two `topo doctor` runs on a LIBERO spec, each probing this host in child processes (LIBERO's and
+    torchrl's imports, a GL context per render GPU asked for)."""
     ok = doctor(tmp_path)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     lines = ok.stdout.splitlines()

@@ -41,6 +41,9 @@ def language(suite: str, ids) -> list[str]:
 
 
 def test_two_suites_train_in_their_own_subcollectors_and_a_third_evaluates(tmp_path):
+    """Long (minutes here): two real LIBERO runs one after the other, 2 x 2 training on two suites (four workers,
+    each building its own suite's scene) and `topo eval` on a third, so that at most 4 LIBERO workers run at a
+    time on this 2-core host."""
     env = {**os.environ, "MUJOCO_GL": "egl"}
     script = tmp_path / "train.py"
     script.write_text(TRAIN)

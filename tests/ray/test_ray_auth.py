@@ -28,6 +28,7 @@ def head():
 def small(address: str) -> dict:
     spec = toy_ray_spec(address)
     spec["topology"]["subcollectors"] = 1
+    del spec["topology"]["start_method"]  # topo's default, forkserver: the point here is the token, not spawn
     return spec
 
 

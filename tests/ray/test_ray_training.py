@@ -44,7 +44,7 @@ def two_node_spec(address: str) -> dict:
         "version": 1,
         "name": "toy-ray-2-nodes",
         "env": {"backend": "toy", "kwargs": {"success_steps": 4, "state_dim": 8}},
-        "topology": {"subcollectors": 2, "workers_per_subcollector": 2, "start_method": {"workers": "spawn"}},
+        "topology": {"subcollectors": 2, "workers_per_subcollector": 2},  # topo's default: forkserver workers
         "assignment": {"tasks": [0, 1], "instructions": {0: "push left", 1: "push right"},
                        "groups": {"size": 1, "candidate_size": 2}, "seeds": {"base": 100}},
         "placement": {"engine": "ray", "address": address, "resources": {"cpus": 1}, "run_dir": "per_node",
