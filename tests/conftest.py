@@ -76,7 +76,7 @@ LONGEST_FIRST = ("tests/ray/test_ray_training.py", "tests/launch/test_restarts.p
                  "tests/libero/test_libero_options.py", "tests/bench/test_bench.py", "tests/launch/test_training_api.py",
                  "tests/launch/test_launch_faults.py", "tests/launch/test_launch.py", "tests/launch/test_background.py",
                  "tests/launch/test_resume.py",
-                 "tests/ray/test_ray_launch.py", "tests/launch/test_stall.py", "tests/ray/test_ray_doctor.py",
+                 "tests/ray/test_ray_launch.py", "tests/ray/test_ray_async.py", "tests/launch/test_stall.py", "tests/ray/test_ray_doctor.py",
                  "tests/launch/test_reproducible.py", "tests/launch/test_recycle.py", "tests/launch/test_chaos_soak.py", "tests/launch/test_fault_fuzz.py",
                  "tests/libero/test_libero_build.py",
                  "tests/libero/test_eval_libero.py", "tests/libero/test_train_libero.py",
