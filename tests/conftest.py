@@ -75,16 +75,17 @@ def _in_fast(nodeid: str, entry: str) -> bool:
 #: durations, longest first: the five of BUDGETS_S and those after them from a whole-suite run (2026-12-05), the
 #: files added since or missing here (async_mode, watch_run, transforms_launch, two_suites_libero, chunked_libero,
 #: certificate, plugin_backend, docs/test_blocks, libero_doctor, recipe_dropin, gl) from a run of them on 2
-#: processes beside other work (2026-12-06, issue 47), scaled by 0.65: collected last, in folder order, the LIBERO
-#: ones started last and ended the run alone
-LONGEST_FIRST = ("tests/launch/test_async_mode.py", "tests/launch/test_restarts.py", "tests/ray/test_ray_training.py",
-                 "tests/launch/test_evaluation.py", "tests/launch/test_watch_run.py",
+#: processes beside other work (2026-12-06, issue 47), scaled by 0.65 (async_mode by its run since its workers
+#: start from a forkserver: 118 s alone): collected last, in folder order, the LIBERO ones started last and ended
+#: the run alone
+LONGEST_FIRST = ("tests/launch/test_restarts.py", "tests/ray/test_ray_training.py",
+                 "tests/launch/test_evaluation.py", "tests/launch/test_watch_run.py", "tests/launch/test_async_mode.py",
                  "tests/libero/test_libero_options.py", "tests/launch/test_transforms_launch.py",
                  "tests/libero/test_two_suites_libero.py", "tests/bench/test_bench.py",
                  "tests/libero/test_chunked_libero.py", "tests/launch/test_training_api.py",
                  "tests/launch/test_certificate.py", "tests/launch/test_launch_faults.py", "tests/launch/test_launch.py",
                  "tests/launch/test_plugin_backend.py", "tests/launch/test_background.py", "tests/launch/test_resume.py",
-                 "tests/docs/test_blocks.py", "tests/ray/test_ray_launch.py", "tests/libero/test_libero_doctor.py",
+                 "tests/docs/test_blocks.py", "tests/ray/test_ray_launch.py", "tests/ray/test_ray_async.py", "tests/libero/test_libero_doctor.py",
                  "tests/launch/test_stall.py", "tests/ray/test_ray_doctor.py", "tests/launch/test_reproducible.py",
                  "tests/launch/test_recycle.py", "tests/launch/test_chaos_soak.py", "tests/launch/test_fault_fuzz.py",
                  "tests/libero/test_libero_build.py",

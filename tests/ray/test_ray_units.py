@@ -364,3 +364,28 @@ def test_a_restarted_actor_leaves_its_records_pulled_and_gets_the_eval_round_in_
     topology._restart(1)
     # the old actor's node's records pulled through it before it ends (the new one may land on another node)
     assert replaced == ["pulled", "ended sub1", 1, ("sub1", "sub1, restarted", "c" * 40)] and new.calls == [("round", 3)]
+
+
+def test_async_on_ray_groups_subcollectors_by_node_and_keeps_their_rows():
+    """Async mode on Ray: subcollectors asking for the same custom resources share a node's actor (one asking for none
+    gets its own); a node's plan keeps its rows, indices and the whole plan's worker count (restart seeds)."""
+    from topo.compiler import plan as plans
+    from topo.launch.ray.async_nodes import global_rows, node_groups, node_plan, remote_config
+    from topo.launch.supervision.lives import restart_rows
+
+    placed = [{"resources": {"custom": custom}, "remote_config": {"num_cpus": 1, "num_gpus": 0,
+                                                                  **({"resources": custom} if custom else {})}}
+              for custom in ({"node_a": 1}, {"node_b": 1}, {"node_a": 1}, {})]
+    subs = [{"index": c, "num_workers": 2, "workers": [{"index": w, "seed": 10 * c + w, "kwargs": {"seed": 10 * c + w}}
+                                                       for w in range(2)]} for c in range(4)]
+    plan = {"subcollectors": subs, "placement": {"engine": "ray", "subcollectors": placed,
+                                                 "server": {"remote_config": {"num_cpus": 1, "num_gpus": 1}}},
+            "collector": {"total_frames": 100}, "coverage": {"workers": 8}, "eval": None}
+    assert node_groups(plan) == [[0, 2], [1], [3]]
+    assert remote_config(plan, [0, 2]) == {"num_cpus": 2, "num_gpus": 1, "resources": {"node_a": 1}}
+    node = node_plan(plan, [0, 2])
+    assert [s["index"] for s in node["subcollectors"]] == [0, 2] and node["placement"] == {"engine": "local"}
+    assert node["collector"]["total_frames"] == -1
+    assert plans.subcollector(node, 2)["index"] == 2
+    assert global_rows(plan, [0, 2]) == [0, 1, 4, 5]
+    assert [r["seed"] for r in restart_rows(node, 2, 1)] == [28, 29]  # + 1 x the whole plan's 8 workers

@@ -132,6 +132,14 @@ def engine(plan: dict[str, Any]) -> str:
     return (plan.get("placement") or {}).get("engine", "local")
 
 
+def subcollector(plan: dict[str, Any], index: int) -> dict[str, Any]:
+    """Subcollector ``index`` of ``plan`` (by its ``index``: a node's plan under async mode on Ray holds some only)."""
+    subs = plan["subcollectors"]
+    if 0 <= index < len(subs) and subs[index]["index"] == index:
+        return subs[index]
+    return next(sub for sub in subs if sub["index"] == index)
+
+
 def rows(plan: dict[str, Any]):
     """Every worker row of a plan, in global order."""
     for sub in plan["subcollectors"]:

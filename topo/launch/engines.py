@@ -45,6 +45,10 @@ class Engine(Protocol):
 def engine_for(plan: dict[str, Any], *, restarts: bool = True) -> Engine:
     """The engine the plan's ``placement.engine`` names; ``restarts``: whether the installed torchrl allows
     restarting a subcollector in place (:mod:`.boundary`)."""
+    if plan["collector"].get("mode") == "async" and engine(plan) == "ray":
+        from topo.launch.ray import RayAsyncEngine
+
+        return RayAsyncEngine()
     if plan["collector"].get("mode") == "async":
         from topo.launch.async_mode import AsyncEngine
 

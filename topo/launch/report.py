@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from topo.compiler import plan as _plan
 from topo.diagnostics import ids_text
 from topo.errors import TopoError
 from topo.runtime import episodes
@@ -143,7 +144,7 @@ def summary(run: Outcome) -> dict[str, Any]:
                    **run.extra},
         "constructions": {"by_role": {role: built.get(role, 0) for role in ROLES},
                           "expected": {"trainer": 0, "server": 0, "subcollector": 0,
-                                       "worker": sum(plan["subcollectors"][s.index]["num_workers"] for s in started)}},
+                                       "worker": sum(_plan.subcollector(plan, s.index)["num_workers"] for s in started)}},
         "timings_s": {
             # the serial chain before any env worker can start: trainer, then each subcollector, import torchrl
             "subcollectors_up": (_since(state, max(s.up for s in subs)) if all(s.up for s in subs) else None),
@@ -271,7 +272,7 @@ def _start_of(state, r) -> tuple[dict[str, Any], float | None]:
     its first batch checked; and the time of that first batch."""
     c, k = r.subcollector, r.restart
     old, new = state.subcollector(c, k - 1), state.subcollector(c, k)
-    rows = state.plan["subcollectors"][c]["workers"]
+    rows = _plan.subcollector(state.plan, c)["workers"]
     new_workers = [state.worker(c, row["index"], k) for row in rows]
     old_workers = [state.worker(c, row["index"], k - 1) for row in rows]
     observed = new.observed if new else None
@@ -285,7 +286,7 @@ def _start_of(state, r) -> tuple[dict[str, Any], float | None]:
         "started": {"subcollector": new.pid if new else None, "workers": [w.pid if w else None for w in new_workers]},
         "seeds": {"planned": [w.row["seed"] if w else None for w in new_workers],
                   "applied": [w.seed if w else None for w in new_workers]},
-        "first_batch": observe.check({"subcollectors": [state.plan["subcollectors"][c]]}, {c: observed})[0],
+        "first_batch": observe.check({"subcollectors": [_plan.subcollector(state.plan, c)]}, {c: observed})[0],
     }, first
 
 

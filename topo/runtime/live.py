@@ -86,7 +86,7 @@ class Reader:
         for record in self.run.read_all("observed"):
             snap.observed[(record.get("subcollector"), record.get("restart", 0))] = record
         snap.events = events.read(self.run)
-        restarts = {c: 0 for c in range(len(self.plan["subcollectors"]))}
+        restarts = {sub["index"]: 0 for sub in self.plan["subcollectors"]}
         for c, _, k in self._workers:
             restarts[c] = max(restarts.get(c, 0), k)
         for e in snap.events:

@@ -23,7 +23,8 @@ The trainer's weights reach the server through torchrl's own path (``update_poli
 them between forwards and bumps its version, stamped on every step it serves): :class:`ServedPlacement`. An eval
 section runs as in multi mode (its own sync collector). A dead or hung env worker, or one past a health budget,
 starts again from its rows (:mod:`.respawn`: its subcollector's rows, in the server's same slots). What it
-cannot do (Ray, a policy anywhere but its server) is refused at validate (:mod:`topo.compiler.rules.async_mode`).
+cannot do (a policy anywhere but its server) is refused at validate (:mod:`topo.compiler.rules.async_mode`). Under
+``placement.engine: ray`` each node's actor runs this engine over its rows (:mod:`topo.launch.ray.async_nodes`).
 """
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ from topo.runtime import heartbeat
 from topo.runtime.rundir import NODE_VAR, RESTART_VAR, RUN_DIR_VAR, RunDir, start_eval_round
 from topo.launch import boundary
 from topo.launch.ray import placement as ray_placement
-from topo.launch.ray.records import NODE_RUNS, appended, records_dir
+from topo.launch.ray.records import NODE_RUNS, node_files, records_dir
 
 
 WATCH_EVERY_S = 1.0  # how often an actor reads its env workers' heartbeats (launch.hang_timeout)
@@ -145,26 +145,7 @@ class NodeCollector(Collector):
         mtime moves only when the kernel writes its pages back). ``remove``: then delete the directory (the run is
         over on this node).
         Stateless here: an answer the trainer never read loses nothing."""
-        out = []
-        for folder, _, files in os.walk(self._topo_run_dir):
-            for name in files:
-                if name.endswith((".tmp", ".lock")):
-                    continue
-                path = os.path.join(folder, name)
-                rel = os.path.relpath(path, self._topo_run_dir)
-                try:
-                    st = os.stat(path)
-                    had = tuple(known.get(rel, (0, 0, 0)))
-                    beats = rel.startswith(heartbeat.FOLDER + os.sep)  # sent each time: its map's writes move no mtime
-                    if had == (st.st_mtime_ns, st.st_size, st.st_ino) and not beats:
-                        continue
-                    offset = had[1] if appended(rel) and had[2:] == (st.st_ino,) and 0 < had[1] <= st.st_size else 0
-                    with open(path, "rb") as f:
-                        f.seek(offset)
-                        content = f.read(st.st_size - offset)
-                except OSError:  # replaced while listed: the next call brings it
-                    continue
-                out.append((rel, st.st_mtime_ns, st.st_size, content, offset, st.st_ino))
+        out = node_files(self._topo_run_dir, known)
         if remove and self._topo_run_dir.startswith(os.path.join(tempfile.gettempdir(), NODE_RUNS)):
             shutil.rmtree(self._topo_run_dir, ignore_errors=True)
         return out

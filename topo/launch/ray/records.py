@@ -47,6 +47,39 @@ def appended(rel: str) -> bool:
     return rel.startswith(EPISODES + os.sep)
 
 
+def node_files(run_dir: str, known: dict[str, tuple[int, int, int]], prefix: str = ""
+               ) -> list[tuple[str, int, int, bytes, int, int]]:
+    """The files under ``run_dir`` that ``known`` (relative path -> (mtime_ns, size, inode), what the trainer holds)
+    lacks or holds older, as (relative path, mtime_ns, size, content, offset, inode), each path under ``prefix``
+    (a folder of the trainer's run directory, or ``""``): an append-only record (:func:`appended`) that grew in place
+    sends only its new bytes, from ``offset``; any other file, or one rewritten since (another inode: retention),
+    whole (offset 0), and every beats file (small; its mtime moves only when the kernel writes its pages back)."""
+    from topo.runtime import heartbeat
+
+    out = []
+    for folder, _, files in os.walk(run_dir):
+        for name in files:
+            if name.endswith((".tmp", ".lock")):
+                continue
+            path = os.path.join(folder, name)
+            inner = os.path.relpath(path, run_dir)
+            rel = os.path.join(prefix, inner) if prefix else inner
+            try:
+                st = os.stat(path)
+                had = tuple(known.get(rel, (0, 0, 0)))
+                beats = inner.startswith(heartbeat.FOLDER + os.sep)  # sent each time: its map's writes move no mtime
+                if had == (st.st_mtime_ns, st.st_size, st.st_ino) and not beats:
+                    continue
+                offset = had[1] if appended(inner) and had[2:] == (st.st_ino,) and 0 < had[1] <= st.st_size else 0
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    content = f.read(st.st_size - offset)
+            except OSError:  # replaced while listed: the next call brings it
+                continue
+            out.append((rel, st.st_mtime_ns, st.st_size, content, offset, st.st_ino))
+    return out
+
+
 def write_files(run_dir: str, files: list[tuple[str, int, int, bytes, int, int]],
                 known: dict[str, tuple[int, int, int]]) -> int:
     """Write each (relative path, mtime_ns, size, content, offset, inode on its node) under ``run_dir`` and note it in

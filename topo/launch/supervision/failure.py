@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping
 
+from topo.compiler import plan as _plan
 from topo.errors import LaunchError
 from topo.runtime import heartbeat
 from topo.launch.supervision.state import RunState, Worker
@@ -253,7 +254,7 @@ def server_actor_died(where: str, at: float) -> Failure:
 
 
 def _globals(state: RunState, index: int) -> list[int]:
-    return [row["global_index"] for row in state.plan["subcollectors"][index]["workers"]]
+    return [row["global_index"] for row in _plan.subcollector(state.plan, index)["workers"]]
 
 
 def _in(restart: int) -> str:

@@ -18,9 +18,10 @@ def restart_seed(seed: int | None, restart: int, workers: int) -> int | None:
 
 def restart_rows(plan: dict, index: int, restart: int) -> list[dict]:
     """The plan rows of subcollector ``index`` as restart ``restart`` runs them: only the seed differs."""
-    n = sum(sub["num_workers"] for sub in plan["subcollectors"])
+    # N: every worker of the plan (a node's plan under async mode on Ray holds some subcollectors, its coverage all)
+    n = (plan.get("coverage") or {}).get("workers") or sum(sub["num_workers"] for sub in plan["subcollectors"])
     rows = []
-    for row in plan["subcollectors"][index]["workers"]:
+    for row in next(sub for sub in plan["subcollectors"] if sub["index"] == index)["workers"]:
         seed = restart_seed(row["seed"], restart, n)
         rows.append({**row, "seed": seed, "kwargs": _reseeded(row["kwargs"], seed)})
     return rows

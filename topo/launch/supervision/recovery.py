@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, ContextManager
 
+from topo.compiler import plan as _plan
 from topo.runtime import heartbeat
 from topo.launch import boundary
 from topo.launch.supervision import failure as failures, processes
@@ -97,7 +98,7 @@ class Recovery:
             sub = self.state.subcollectors[index]
             sub.pending, sub.began = False, time.time()
             self._record(index, sub).began_at = sub.began
-            rows = [self.state.workers[(index, row["index"])].row for row in self.state.plan["subcollectors"][index]["workers"]]
+            rows = [self.state.workers[(index, row["index"])].row for row in _plan.subcollector(self.state.plan, index)["workers"]]
             restart = sub.restart
         return Restarting(restart, rows, self.restart_policy(index), self.window(restart))
 
