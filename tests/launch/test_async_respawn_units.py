@@ -15,7 +15,6 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from topo.launch import boundary
 from topo.launch.async_mode import channels as async_channels, respawn as async_respawn
 from topo.launch.async_mode.transport import SlotTransport
 
@@ -150,40 +149,48 @@ def test_a_stopped_client_blocks_no_other_slot_and_a_dead_ones_late_answer_never
             _ended(proc)
 
 
-def _worker(permits, results, chunks: int, begun) -> None:
-    """An async env worker's use of the permits and the result queue: ``chunks`` sent, one more begun."""
+def _worker(env_id, result_queue, error_queue, result_capacity, chunks: int, blocked) -> None:
+    """An async env worker's use of its permits and the result queue (as torchrl's loop): ``chunks`` sent, each
+    once a permit is taken; ``blocked`` set while none is left."""
     for n in range(chunks):
-        assert permits.acquire(timeout=5)
-        results.put({"chunk": n})
-    assert permits.acquire(timeout=5)
-    begun.set()
+        while not result_capacity.acquire(timeout=0.01):
+            blocked.set()
+        blocked.clear()
+        result_queue.put({"chunk": n, "life": env_id})
     time.sleep(600)
 
 
-def test_a_dead_workers_permits_come_back_and_its_retired_life_is_dropped():
+def test_each_worker_life_has_its_own_permits_and_a_retired_lifes_results_are_dropped():
+    """torchrl's pool of 2 x N permits, a budget of 2 per worker life: the third chunk waits until the trainer took
+    one (its release goes to the sender's budget). The worker dies with a chunk unread: its life retired, that chunk
+    is dropped; its restart starts with a budget of its own, whatever the dead one held."""
     context = async_respawn.Context(CTX, 2)
-    results = context.Queue(maxsize=4)
+    results, errors = context.Queue(maxsize=4), context.Queue()
     permits = context.BoundedSemaphore(4)
-    begun = context.Event()
-    proc = CTX.Process(target=_worker, args=(permits, results.outbox(1), 2, begun),
-                       name=f"{boundary.ASYNC_WORKER_PREFIX}1", daemon=True)
-    proc.start()
+    blocked = async_channels.Flag(CTX)
+    kwargs = {"env_id": 1, "result_queue": results, "error_queue": errors, "result_capacity": permits, "chunks": 3,
+              "blocked": blocked}
+    procs = [context.Process(target=_worker, kwargs=kwargs, name="worker-1")]
     try:
-        assert results.get(timeout=60) == {"chunk": 0}
-        permits.release()  # the trainer's, on receipt
-        assert begun.wait(30)  # chunk 1 sent, chunk 2 begun
+        procs[0].start()
+        assert [results.get(timeout=60)["chunk"] for _ in range(2)] == [0, 1]
+        assert blocked.wait(30)  # its budget of 2 spent: chunk 2 waits for a permit back
+        permits.release()  # the trainer's, for chunk 0: to worker 1's budget
         end = time.monotonic() + 30
-        while context.held[1] != 1 and time.monotonic() < end:  # chunk 1 written whole: its permit handed on
+        while blocked.is_set() and time.monotonic() < end:
             time.sleep(0.01)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.join()
-        assert list(context.held) == [0, 1]
-        assert permits.give_back(1) == 1 and list(context.held) == [0, 0]
-        context.life[1] += 1  # its restart: chunk 1, in its channel, belongs to the retired life
-        with pytest.raises(queue.Empty):  # chunk 1 dropped, its permit given back
+        assert not blocked.is_set()  # chunk 2 sent, unread
+        _ended(procs[0])
+        context.life[1] += 1  # its restart: chunk 2, in its channel, belongs to the retired life
+        context.channels.forget(1)
+        procs.append(context.start(1, {**context.made[1]["kwargs"], "chunks": 2}))
+        procs[1].start()
+        assert [results.get(timeout=60)["chunk"] for _ in range(2)] == [0, 1]  # a budget of its own
+        permits.release()  # chunk 1 of the retired life: its budget went with it
+        with pytest.raises(queue.Empty):
             results.get(timeout=1.0)
-        assert results.dropped == 1
-        assert all(permits.acquire(timeout=0) for _ in range(4)) and not permits.acquire(timeout=0)  # all 4 back
+        assert results.dropped == 0 and list(permits.taken) == [(1, 1), (1, 1)]
     finally:
-        _ended(proc)
+        for proc in procs:
+            _ended(proc)
         context.channels.close()

@@ -497,9 +497,6 @@ def start_async(collector) -> None:
     collector._ensure_started()
 
 
-ASYNC_WORKER_PREFIX = "AsyncBatchedCollector-env-"  # torchrl names env worker i's process this, then i
-
-
 def async_context(collector, context) -> None:
     """Make ``context`` the one an ``AsyncBatchedCollector`` (not started) makes its env workers and their queues
     with (its server took its own when the collector was built)."""

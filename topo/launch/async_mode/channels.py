@@ -156,21 +156,19 @@ class Sender:
         self._connection, self.i, self.kind = state
         self._pending, self._wake = None, None
 
-    def send(self, life: int, obj: Any, done=None) -> None:
-        """Write ``obj`` (its tensors by value) now, from this thread; then ``done()``."""
+    def send(self, life: int, obj: Any) -> None:
+        """Write ``obj`` (its tensors by value) now, from this thread."""
         payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         _write_all(self._connection.fileno(), _HEADER.pack(len(payload), life, self.kind), payload)
-        if done is not None:
-            done()
 
-    def send_later(self, life: int, obj: Any, done=None) -> None:
-        """Pickle ``obj`` now, write it from this process's writer thread (the caller steps on); then ``done()``."""
+    def send_later(self, life: int, obj: Any) -> None:
+        """Pickle ``obj`` now, write it from this process's writer thread (the caller steps on)."""
         payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         if self._pending is None:
             self._pending, self._wake = collections.deque(), threading.Condition()
             threading.Thread(target=self._feed, name="topo-async-sender", daemon=True).start()
         with self._wake:
-            self._pending.append((_HEADER.pack(len(payload), life, self.kind), payload, done))
+            self._pending.append((_HEADER.pack(len(payload), life, self.kind), payload))
             self._wake.notify()
 
     def _feed(self) -> None:
@@ -179,10 +177,8 @@ class Sender:
             with self._wake:
                 while not self._pending:
                     self._wake.wait()
-                header, payload, done = self._pending.popleft()
+                header, payload = self._pending.popleft()
             _write_all(fd, header, payload)
-            if done is not None:
-                done()
 
 
 def _write_all(fd: int, *parts: bytes) -> None:

@@ -11,8 +11,10 @@ is :class:`Context`, which makes what they share of nothing a worker can hold (:
 
 - each worker process's arguments (Python forgets them once it starts): a restart is the same loop, slot and
   channel, over the row's kwargs in the restart's worker life;
-- the result permits (torchrl bounds what its workers hold and send to 2 x N transitions) count the ones each
-  worker holds (:class:`Permits`): a dead worker's are given back;
+- the result permits (torchrl bounds what its workers hold and send to 2 x N transition chunks, from one pool) are
+  each worker life's own (:class:`Permits`: 2 chunks each, a semaphore per life): a restart starts with its own
+  budget, and what a dead worker held needs no counting (a count the worker keeps itself is wrong by one whenever
+  it dies between the count and the semaphore, and such errors add up over restarts);
 - the result and error queues are each worker's own channel to the trainer (:class:`Inbox`, :class:`Outbox`),
   each message tagged with its worker's life: what a retired life sent is dropped, its permit given back; a
   current worker's error is its restart's cause, judged by the run, never torchrl's raise. With restarts, a
@@ -26,13 +28,14 @@ one is owed hangs: :func:`topo.runtime.heartbeat.waiting_on`) and asks the run's
 torchrl's ``_workers`` become :class:`_Worker` proxies: ``is_alive()`` asks the run's restart port (as
 :mod:`topo.launch.local.respawn` does for subcollectors), and a restart decided begins there, in the trainer's
 thread (torchrl asks every second while it waits for results, and nothing it waits on can be a worker's to hold):
-the group's workers SIGKILLed, what they held given back (their permits, the part of a message their channel
-holds, their slot's unclaimed post), their lives bumped, their restarts started in the restart's launch window; a
+the group's workers SIGKILLed, what they held given back (the part of a message their channel holds, their
+slot's unclaimed post), their lives bumped (what they sent and the trainer had not taken is dropped), their restarts started in the restart's launch window; a
 thread of the respawner's own (its keeper) sees them built. The contract: what the group's old workers had not
 handed to the trainer is lost; the other workers step on.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import multiprocessing
 import os
@@ -88,9 +91,9 @@ class Context:
         """``restarts``: a worker whose loop raised exits once its error is sent (its restart follows)."""
         self.ctx, self.restarts = ctx, restarts
         self.made: dict[int, dict[str, Any]] = {}  # env id -> its process's arguments
-        self.held = ctx.Array("i", workers, lock=False)  # permits each worker holds (its own writes only)
         self.life = ctx.Array("i", workers, lock=False)  # each worker's life: bumped when it restarts
         self.channels = Channels(ctx, workers)
+        self.budget = [None] * workers  # each worker life's result permits (a semaphore), made at its start
         self.permits: Permits | None = None
         self.respawner: Respawner | None = None
 
@@ -115,14 +118,16 @@ class Context:
         (a forkserver's children would inherit the forkserver's, as it was when it started: a restart's launch
         window sets its worker life there)."""
         made = self.made[i]
+        self.budget[i] = self.ctx.Semaphore(self.permits.each)
         return self.ctx.Process(target=functools.partial(_in_environ, dict(os.environ), made["target"]),
-                                kwargs=kwargs, name=made["name"], daemon=True)
+                                kwargs={**kwargs, "result_capacity": self.budget[i]}, name=made["name"], daemon=True)
 
     def Event(self) -> Flag:
         return Flag(self.ctx)
 
     def BoundedSemaphore(self, value: int) -> Permits:
-        self.permits = Permits(self.ctx.Semaphore(value), self.held)
+        """torchrl's pool of ``value`` result permits, made a budget of ``value / N`` per worker life."""
+        self.permits = Permits(self, max(1, value // len(self.life)))
         return self.permits
 
     def Queue(self, maxsize: int = 0) -> Inbox:
@@ -130,45 +135,24 @@ class Context:
         return Inbox(self, RESULT if maxsize > 0 else ERROR)
 
 
-_counting = threading.Lock()  # in a worker: its main thread takes permits, its sender thread hands them on
-
-
 class Permits:
-    """torchrl's result permits: a worker takes one per transition chunk it builds and sends it with the chunk (the
-    trainer gives it back on receipt); each worker's count of those it holds is kept, for its death."""
+    """torchrl's result permits, in the trainer: it gives one back for each result it took (``release``, right
+    after): to the budget of the worker life that sent it, unless that life is retired (its budget went with it)."""
 
-    def __init__(self, semaphore, counts):
-        self._sem, self._held = semaphore, counts
-
-    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
-        me = worker_id()
-        if me is not None:
-            with _counting:
-                self._held[me] += 1  # before: a death in between gives back one too many, never one too few
-        got = self._sem.acquire(block, timeout)
-        if not got and me is not None:
-            with _counting:
-                self._held[me] -= 1
-        return got
+    def __init__(self, context: Context, each: int):
+        self.each = each  # a worker life's budget
+        self._context = context
+        self.taken: collections.deque = collections.deque()  # (worker, life) of each result handed to torchrl
 
     def release(self) -> None:
-        self._sem.release()
-        me = worker_id()
-        if me is not None:  # a worker gives back one it took and will not send
-            with _counting:
-                self._held[me] -= 1
-
-    def give_back(self, i: int) -> int:
-        """In the trainer, worker ``i`` dead: the permits it held, released; how many."""
-        n, self._held[i] = max(0, self._held[i]), 0
-        for _ in range(n):
-            self._sem.release()
-        return n
+        i, life = self.taken.popleft()
+        if life == self._context.life[i]:
+            self._context.budget[i].release()
 
 
 class Inbox:
     """torchrl's result or error queue, in the trainer: whole messages from every worker's channel, never waiting
-    on one worker; a retired life's message is dropped (a result's permit given back)."""
+    on one worker; a retired life's message is dropped."""
 
     def __init__(self, context: Context, kind: int):
         self._context, self.kind = context, kind
@@ -177,8 +161,7 @@ class Inbox:
     def outbox(self, i: int) -> Outbox:
         """Worker ``i``'s end."""
         context = self._context
-        return Outbox(context.channels.writer(i, self.kind), context.held, context.life,
-                      exits=self.kind == ERROR and context.restarts)
+        return Outbox(context.channels.writer(i, self.kind), context.life, exits=self.kind == ERROR and context.restarts)
 
     def get(self, block: bool = True, timeout: float | None = None):
         context = self._context
@@ -188,11 +171,12 @@ class Inbox:
             i, life, payload = context.channels.take(self.kind, left)
             if life == context.life[i]:
                 obj = pickle.loads(payload)
-                if self.kind == RESULT or context.respawner is None or not context.respawner.raised(i, obj):
+                if self.kind == RESULT:
+                    context.permits.taken.append((i, life))
+                    return obj
+                if context.respawner is None or not context.respawner.raised(i, obj):
                     return obj
             self.dropped += 1
-            if self.kind == RESULT:
-                context.permits.release()
 
     def get_nowait(self):
         return self.get(block=False)
@@ -207,14 +191,14 @@ class Inbox:
 class Outbox:
     """Worker ``i``'s end of the result or error queue: ``put`` sends on its own channel."""
 
-    def __init__(self, sender: Sender, held, life, exits: bool):
+    def __init__(self, sender: Sender, life, exits: bool):
         """``exits``: an error sent, the worker exits (its restart follows)."""
-        self._sender, self._held, self._life, self._exits = sender, held, life, exits
+        self._sender, self._life, self._exits = sender, life, exits
 
     def put(self, obj, block: bool = True, timeout: float | None = None) -> None:
         me = self._sender.i
-        if self._sender.kind == RESULT:  # the permit travels with the chunk, once all of it is written
-            self._sender.send_later(self._life[me], obj, done=self._handed)
+        if self._sender.kind == RESULT:
+            self._sender.send_later(self._life[me], obj)
             return
         if self._exits:
             slots.failed(repr(obj))
@@ -222,27 +206,12 @@ class Outbox:
         if self._exits:
             os._exit(1)  # the error is out
 
-    def _handed(self) -> None:
-        with _counting:
-            self._held[self._sender.i] -= 1
-
 
 def _in_environ(environ: dict[str, str], target: Callable, **kwargs: Any) -> None:
     """In an env worker: ``target(**kwargs)`` in the environment its starter had."""
     os.environ.clear()
     os.environ.update(environ)
     target(**kwargs)
-
-
-def worker_id() -> int | None:
-    """This process's env id when it is an async env worker (torchrl names its process after it), else None."""
-    return _worker_id(os.getpid())
-
-
-@functools.lru_cache(maxsize=1)
-def _worker_id(pid: int) -> int | None:
-    name, prefix = multiprocessing.current_process().name, boundary.ASYNC_WORKER_PREFIX
-    return int(name[len(prefix):]) if name.startswith(prefix) else None
 
 
 class _Worker:
@@ -385,11 +354,10 @@ class Respawner:
         self.on_restart(c, start.restart)
 
     def _give_back(self, ids: list[int]) -> None:
-        """What the dead workers ``ids`` held: their permits, the part of a message in their channel, their slot's
-        unclaimed post."""
+        """What the dead workers ``ids`` held: the part of a message in their channel, their slot's unclaimed post
+        (their permits go with their life)."""
         transport = boundary.async_transport(self.collector)
         for i in ids:
-            self.context.permits.give_back(i)
             self.context.life[i] += 1
             self.context.channels.forget(i)
             transport.forget(i)
