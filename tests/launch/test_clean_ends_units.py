@@ -44,6 +44,33 @@ def test_a_killed_process_s_semaphores_are_unlinked_and_unregistered_and_a_freed
     assert tracked.release(str(tmp_path), proc.pid) == 0  # once
 
 
+UNREGISTERED_BEFORE_ITS_LEDGER = """
+import os, sys
+from multiprocessing import resource_tracker as rt
+from topo.runtime import tracked
+
+run_dir, name = sys.argv[1], "/mp-topo-test-" + str(os.getpid())
+tracked.keep(run_dir)
+rt.register(name, "semaphore")
+rt.unregister(name, "semaphore")  # a process killed right here: its unregister sent, its ledger's "-" not written
+os.makedirs(os.path.join(run_dir, "resources"), exist_ok=True)
+with open(os.path.join(run_dir, "resources", "999999999"), "w") as f:
+    f.write(f"+ semaphore {tracked._tracker()} {name}\\n")
+assert tracked.release(run_dir, 999999999) == 1
+"""
+
+
+def test_a_name_its_dead_process_unregistered_before_its_ledger_said_so_is_released_without_a_tracker_error(tmp_path):
+    """The ledger's "-" follows the unregister: a process killed between them leaves the name held in its ledger
+    but not in the tracker; releasing it must not make the tracker print a KeyError traceback (stderr of the run)."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", UNREGISTERED_BEFORE_ITS_LEDGER, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "KeyError" not in done.stderr, done.stderr
+
+
 def test_a_dead_process_s_torch_files_are_unlinked_and_no_one_else_s(tmp_path):
     """torch names a shared tensor's file torch_PID_… and unlinks it once opened: a process SIGKILLed between the two
     leaves it in /dev/shm for good (seen once in a whole-suite run)."""

@@ -72,8 +72,9 @@ def release(run_dir: str, pid: int) -> int:
             unlink(name)
         except OSError:
             pass  # already gone
-        if tracker == ours != "none":
-            rt.unregister(name, rtype)
+        if tracker == ours != "none":  # registered first: a process killed between its own unregister and its
+            rt.register(name, rtype)   # ledger's "-" was released already, and a second unregister alone makes
+            rt.unregister(name, rtype)  # the tracker print a KeyError traceback (a name is held once: a set)
         released += 1
     try:
         os.remove(path)
