@@ -1,6 +1,5 @@
 """A trainer for async mode on Ray: ``python async_ray_trainer.py SPEC REPORT_DIR BATCHES [faults]``; one JSON event
-per line on stdout; ``kill`` (below) without the SIGSTOP stops once both workers of subcollector 1 delivered
-steps of life 1.
+per line on stdout.
 
 It iterates the run's collector (one actor per node, each an async run over its rows), perturbs its TinyVLA's weights
 and pushes them after every batch, and reports each batch's plan rows, policy versions and worker lives (from its
@@ -43,7 +42,6 @@ def main() -> None:
 
     spec, report_dir, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
     mode = sys.argv[4] if len(sys.argv) > 4 else None
-    faults = mode in ("kill", "faults")
     policy = topo.load(spec).make_policy()
     run = topo.collector(spec, report_dir=report_dir, progress=False, policy=policy)
     try:
@@ -63,7 +61,7 @@ def main() -> None:
                         p.add_(0.05 * torch.randn_like(p))
                 version = run.update_weights()
                 emit(event="pushed", version=version, servers=run.collector.server_versions)
-                if faults and i == 0:
+                if mode == "faults" and i == 0:
                     pid = worker_pid(run.run_dir, 1, 1, 0)
                     os.kill(pid, signal.SIGKILL)
                     emit(event="killed", pid=pid)
@@ -71,12 +69,11 @@ def main() -> None:
                     stopped = worker_pid(run.run_dir, 1, 0, 1)
                     os.kill(stopped, signal.SIGSTOP)
                     emit(event="stopped", pid=stopped)
-                if i + 1 == batches or mode == "kill" and {(1, 0, 1), (1, 1, 1)} <= seen \
-                        or mode == "faults" and {(1, 0, 2), (1, 1, 2)} <= seen:
+                if i + 1 == batches or mode == "faults" and {(1, 0, 2), (1, 1, 2)} <= seen:
                     break
     except LaunchError as exc:
         emit(event="launch-error", message=str(exc), subcollector=exc.subcollector)
-    emit(event="after", report=run.report.data, closed=getattr(run.collector, "closed", None))
+    emit(event="after", report=run.report.data)
 
 
 if __name__ == "__main__":

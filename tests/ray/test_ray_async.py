@@ -1,6 +1,7 @@
 """Async mode on Ray (the two-node cluster of tests/ray): one actor per node runs the async loop over its rows
-(:mod:`topo.launch.ray.async_nodes`), the trainer's pushes reach both nodes' servers, a killed env worker on node_b is
-restarted by node_b's own run, and a SIGKILLed trainer leaves nothing on either node."""
+(:mod:`topo.launch.ray.async_nodes`), the trainer's pushes reach both nodes' servers, a killed and a stopped env worker
+on node_b are restarted by node_b's own run (named in the trainer's report), and a SIGKILLed trainer leaves nothing on
+either node."""
 from __future__ import annotations
 
 import json
@@ -17,6 +18,7 @@ import pytest
 import yaml
 
 from tests.launch.script_events import parse
+from topo.launch.report import human
 from tests.ray.ray_head_helpers import ENV, two_nodes
 from tests.ray.test_ray_launch import alive, needs_ray
 from tests.ray.test_ray_training import node_dirs, of_run
@@ -58,11 +60,14 @@ def start(tmp: Path, address: str, *args: str) -> subprocess.Popen:
                             env={**ENV, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "launch")])})
 
 
-def test_async_on_two_nodes_batches_pushes_and_a_killed_worker_on_node_b_restarted(cluster, tmp_path):
+def test_async_on_two_nodes_batches_pushes_and_a_killed_and_a_stopped_worker_on_node_b_restarted(cluster, tmp_path):
     """Batches from both nodes, every push applied by both servers (their versions), steps stamped with versions that
-    grow; env worker 1 of subcollector 1 SIGKILLed on node_b: node_b's run names it and restarts its rows (life 1),
-    the trainer's loop goes on; at the end both node runs closed, their records in the trainer's run directory."""
-    proc = start(tmp_path, cluster.address, "40", "kill")
+    grow. On node_b, env worker 1 of subcollector 1 SIGKILLed after the first batch, then worker 0 of its restart
+    SIGSTOPped (left stopped) once it stepped: node_b's run names each (``worker-died``, then ``worker-hung`` past
+    ``hang_timeout``, by pid) and restarts the rows (lives 1, 2) while the trainer's loop goes on. The trainer's report
+    holds both node runs as one machine's report would (their restarts, env closes, worker pids, nothing alive after),
+    their records in its run directory."""
+    proc = start(tmp_path, cluster.address, "400", "faults")
     try:
         events = list(parse(proc.stdout))
         proc.wait(GUARD_S)
@@ -76,24 +81,30 @@ def test_async_on_two_nodes_batches_pushes_and_a_killed_worker_on_node_b_restart
     batches = [e for e in events if e["event"] == "batch"]
     lives = {tuple(life) for b in batches for life in b["lives"]}
     assert {c for c, _, _ in lives} == {0, 1}  # both nodes
-    assert {(1, 0, 1), (1, 1, 1)} <= lives  # node_b's rows restarted
+    assert {(1, 0, 2), (1, 1, 2)} <= lives  # node_b's rows restarted twice
     pushes = [e for e in events if e["event"] == "pushed"]
     assert all(p["servers"] == [p["version"], p["version"]] for p in pushes)  # each push reached both servers
     assert max(v for b in batches for v in b["versions"]) > 0
     (after,) = [e for e in events if e["event"] == "after"]
-    s, closed = after["report"], after["closed"]
+    s = after["report"]
     assert s["ok"] and s["policy"]["updates"] == len(pushes)
-    assert [c["ok"] for c in closed] == [True, True], closed
-    restarts = [r for c in closed for r in c["restarts"]]
-    assert [(r["subcollector"], r["restart"], r["cause"]["kind"], r["cause"]["worker"]) for r in restarts] == [
-        (1, 1, "worker-died", 1)]
+    assert [(n["subcollectors"], n["ok"], n["restarts"], n["alive_after"]) for n in s["nodes"]] == [
+        ([0], True, 0, 0), ([1], True, 2, 0)]
     (killed,) = [e["pid"] for e in events if e["event"] == "killed"]
-    assert restarts[0]["cause"]["pid"] == killed
+    (stopped,) = [e["pid"] for e in events if e["event"] == "stopped"]
+    node_b = s["nodes"][1]["node_id"][:12]
+    assert [(r["node"], r["subcollector"], r["restart"], r["cause"]["kind"], r["cause"]["worker"], r["cause"]["pid"])
+            for r in s["restarts"]] == [(node_b, 1, 1, "worker-died", 1, killed), (node_b, 1, 2, "worker-hung", 0, stopped)]
+    assert "stopped" in s["restarts"][1]["cause"]["message"]
+    text = human(s)
+    assert f"restart 2 of sub1 on node {node_b}" in text and f"node {node_b} (" in text, text
+    assert s["env_closes"]["constructed"] == 4 + 2 + 2 and s["processes"]["alive_after"] == []
+    assert None not in s["processes"]["worker_pids"] and stopped not in s["processes"]["worker_pids"]
     pulled = sorted(p.parent.parent.name for p in Path(s["run_dir"], "nodes").glob("*/topo-run-*/summary.json"))
     assert len(pulled) == 2  # each node's run directory, with its report, pulled into the trainer's
     assert node_dirs(s["run_dir"]) == []  # removed on the nodes once pulled
     pids = {json.loads(m.read_text())["pid"] for m in Path(s["run_dir"], "nodes").glob("*/topo-run-*/markers/*.json")}
-    assert len(pids) >= 8 and alive(pids, t_end) == []
+    assert len(pids) >= 10 and alive(pids, t_end) == []
 
 
 def test_a_sigkilled_async_trainer_leaves_nothing_on_either_node(cluster, tmp_path):

@@ -46,6 +46,7 @@ class Outcome:
     actors: list[dict] | None = None  # Ray engine: each subcollector's planned and actual node (:mod:`.ray_placement`)
     batches: dict | None = None  # :meth:`topo.launch.digest.BatchDigest.describe`: the run's batches, digested
     time_breakdown: dict | None = None  # :meth:`topo.launch.run.Run.time_breakdown` at the end
+    nodes: list[dict] | None = None  # async mode on Ray: each node run's report (:func:`merge_nodes`)
 
 
 class Report:
@@ -68,7 +69,8 @@ class Report:
             life.down, life.monitor.peak, life.monitor.seen, wiring.placement.describe() if wiring.placement else None,
             wiring.torchrl.to_dict(wiring.features), run.extra, evaluation=run.eval.describe() if run.eval else None,
             memory=run.state.memory(), actors=getattr(run.collector, "actor_placement", None),
-            batches=run.digest.describe(), time_breakdown=_breakdown(run)))
+            batches=run.digest.describe(), time_breakdown=_breakdown(run),
+            nodes=getattr(run.collector, "node_reports", None)))
 
     @property
     def ok(self) -> bool:
@@ -110,6 +112,46 @@ class Report:
 
 
 def summary(run: Outcome) -> dict[str, Any]:
+    out = _summary(run)
+    if run.nodes is not None:
+        merge_nodes(out, run.nodes)
+    return out
+
+
+def merge_nodes(out: dict[str, Any], nodes: list[dict]) -> None:
+    """Async mode on Ray (:mod:`topo.launch.ray.async_nodes`): what each node's run saw, in the trainer's report as
+    one machine's run has it: its restarts and recycles (``node``: which node's run; their times are seconds since
+    that run's launch), env constructions and closes, worker pids (in plan order), seeds, deaths and leftovers; and
+    ``nodes``, a line per node run (``records``: its run directory, under the trainer's)."""
+    p, pids = out["processes"], out["processes"]["worker_pids"]
+    out["nodes"] = []
+    for n in nodes:
+        where = n["node"]
+        node = (where.get("node_id") or "?")[:12]
+        node_procs = n.get("processes") or {}
+        out["nodes"].append({**where, "ok": n["ok"], "error": n.get("error"), "restarts": len(n.get("restarts") or []),
+                             "env_closes": n.get("env_closes"), "alive_after": len(node_procs.get("alive_after") or [])})
+        out["restarts"] += [{**r, "node": node} for r in n.get("restarts") or []]
+        out["recycles"] += [{**r, "node": node} for r in n.get("recycles") or []]
+        for row, pid in zip(n.get("rows") or [], node_procs.get("worker_pids") or []):
+            pids[row] = pid
+        for key in ("started", "deaths", "left_behind", "killed", "alive_after"):
+            p[key] = p[key] + list(node_procs.get(key) or [])
+        if n.get("constructions"):
+            for role, count in n["constructions"]["by_role"].items():
+                out["constructions"]["by_role"][role] += count
+            out["constructions"]["expected"]["worker"] += n["constructions"]["expected"]["worker"]
+        if n.get("env_closes"):
+            for key in ("constructed", "closed"):
+                out["env_closes"][key] += n["env_closes"][key]
+        out["not_closed"] += n.get("not_closed") or []
+        if n.get("seeds"):
+            out["seeds"]["checked"] += n["seeds"]["checked"]
+            out["seeds"]["mismatches"] += n["seeds"]["mismatches"]
+        out["render_devices"] += n.get("render_devices") or []
+
+
+def _summary(run: Outcome) -> dict[str, Any]:
     state, plan = run.state, run.state.plan
     down = run.teardown
     workers = list(state.workers.values())  # as the run ended: restarted subcollectors' current workers
@@ -446,11 +488,18 @@ def human(s: dict) -> str:
     if inherited.get("workers"):
         lines.append(f"  WARNING: {inherited['workers']} worker(s) had GL/CUDA libraries loaded before their builder ran "
                      f"({', '.join(inherited['libraries'])}): state from a parent process, or from MUJOCO_GL at import")
+    for n in s.get("nodes") or []:
+        closes = n.get("env_closes") or {}
+        lines.append(f"  node {(n.get('node_id') or '?')[:12]} ({n.get('hostname')}), subcollectors {n['subcollectors']}: "
+                     + ("ok" if n["ok"] else f"FAILED ({(n.get('error') or {}).get('message')})")
+                     + f", restarts {n['restarts']}, env closes {closes.get('closed')}/{closes.get('constructed')}, "
+                     f"alive after {n['alive_after']}, records {n.get('records')}")
     for r in s.get("restarts") or []:
         cause = r["cause"]
         who = f"sub{r['subcollector']}" + (f"/w{cause['worker']}" if cause.get("worker") is not None else "")
         after = f"first batch {r['recover_s']:.1f}s after" if r["recover_s"] is not None else f"{r['outcome']}"
-        lines.append(f"  restart {r['restart']} of sub{r['subcollector']} at {_fmt(r['failed_s'])}: {who} {cause['kind']} "
+        on = f" on node {r['node']}" if r.get("node") else ""
+        lines.append(f"  restart {r['restart']} of sub{r['subcollector']}{on} at {_fmt(r['failed_s'])}: {who} {cause['kind']} "
                      f"({cause.get('how') or cause['message']}); {after}; pids {r['started']['subcollector']} "
                      f"{r['started']['workers']}, seeds {r['seeds']['applied']}")
     lines += [recycle_line(r) for r in s.get("recycles") or []]

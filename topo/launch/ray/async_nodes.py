@@ -15,7 +15,8 @@ In the trainer, :class:`RayAsyncTopology` merges the node actors' batches as the
 node's server (:meth:`RayAsyncTopology.update_policy_weights_`: each returns its server's version, which every step
 it serves carries), and brings each node's run directory into the trainer's under ``nodes/<node id>/``
 (:class:`~.records.NodePuller`). A node run's failure (a restart budget spent, a startup past its deadline) ends the
-trainer's run, named by the node's own message.
+trainer's run, named by the node's own message. Each node's report, as its run closes, is merged into the trainer's
+(its restarts, workers, closes, leftovers: :func:`topo.launch.report.merge_nodes`).
 """
 from __future__ import annotations
 
@@ -136,14 +137,19 @@ class AsyncNode:
         return out
 
     def close(self) -> dict[str, Any] | None:
-        """The node's run ended (envs closed, server and forkserver ended); its report's summary."""
+        """The node's run ended (envs closed, server and forkserver ended); its report (``summary.json``, its plan
+        aside), with where it ran and its rows' places in the whole plan (``rows``)."""
+        from topo.launch.ray import placement as ray_placement
+
         if self.run is None:
             return None
         self.run.close()
-        report = self.run.report.data if self.run.report is not None else None
-        return {"ok": report.get("ok"), "restarts": report.get("restarts"), "run_dir": report.get("run_dir"),
-                "alive_after": (report.get("processes") or {}).get("alive_after"),
-                "error": report.get("error")} if report else None
+        if self.run.report is None:
+            return None
+        here = ray_placement.here()
+        return {**{k: v for k, v in self.run.report.data.items() if k != "plan"}, "rows": self.rows,
+                "node": {"node_id": here["node_id"], "hostname": here["hostname"], "subcollectors": self.subs,
+                         "records": os.path.join(self.prefix, os.path.basename(self.run.run_dir or ""))}}
 
     def __repr__(self) -> str:
         return f"AsyncNode(subcollectors {self.subs})"
@@ -159,7 +165,8 @@ class RayAsyncTopology:
         self.puller = None
         self.on_batch = None  # the run's digest (:mod:`topo.launch.digest`)
         self.server_versions: list[int] = [0] * len(actors)  # each node server's version, after the last push
-        self.closed: list[dict | None] = []  # each node run's summary, once closed
+        self.node_reports: list[dict] = []  # each node run's report once closed (:meth:`AsyncNode.close`), merged into the
+        # trainer's (:func:`topo.launch.report.merge_nodes`)
 
     def __iter__(self) -> Iterator[Any]:
         import ray
@@ -276,19 +283,24 @@ class RayAsyncEngine:
         then the actors ended, within ``timeout`` seconds overall."""
         import ray
 
-        from topo.launch.ray import placement as ray_placement
-
         deadline = time.monotonic() + timeout
         if topology.puller is not None:
             topology.puller.stop()
         closing = [actor.close.remote() for actor in topology.actors]
         done, _ = ray.wait(closing, num_returns=len(closing), timeout=max(0.0, deadline - time.monotonic() - 5))
-        topology.closed = []
-        for ref in closing:
+        topology.node_reports = []
+        for i, ref in enumerate(closing):
             try:
-                topology.closed.append(ray.get(ref, timeout=0) if ref in done else {"ok": False, "error": "not closed in time"})
+                closed = ray.get(ref, timeout=0) if ref in done else {"ok": False, "error": {
+                    "type": "Timeout", "message": f"the node's run was not closed within {timeout:g}s", "in": "topo"}}
             except Exception as err:  # noqa: BLE001 - a dead actor: its node's records stay there
-                topology.closed.append({"ok": False, "error": str(err)[-3000:]})
+                closed = {"ok": False, "error": {"type": type(err).__name__, "message": str(err)[-3000:], "in": "topo"}}
+            closed = closed or {"ok": False, "error": {"type": "NotStarted", "message": "the node's run never started",
+                                                       "in": "topo"}}
+            where = topology.nodes[i] if i < len(topology.nodes) else {}
+            closed.setdefault("node", {"node_id": where.get("node_id"), "hostname": where.get("hostname"),
+                                       "subcollectors": topology.groups[i], "records": None})
+            topology.node_reports.append(closed)
         if topology.puller is not None:
             topology.puller.pull(timeout=max(1.0, (deadline - time.monotonic()) / 2), remove=True)
         for actor in topology.actors:
