@@ -13,7 +13,8 @@ class Engine(Protocol):
     """``capabilities``: ``restarts`` (its collector restarts a subcollector in place: launch.restarts,
     hang_timeout), ``weight_updates`` (the trainer's weights reach every acting copy: run.update_weights),
     ``collector_acks`` (the collector waits for each weight acknowledgement itself, so a scheme need not),
-    ``serves_policy`` (its collector starts the policy server itself: the run gives it the policy setup, no placement)."""
+    ``serves_policy`` (its collector starts the policy server itself: the run gives it the policy setup, no placement),
+    ``runs_nodes`` (each of its nodes runs its rows as one machine's run: the run gives it ``node_run``, its class)."""
 
     name: str
     capabilities: frozenset[str]

@@ -277,6 +277,8 @@ class _Wiring:
         if policy is not None and "weight_updates" not in engine.capabilities:
             raise UsageError(f"placement.engine {engine.name} cannot push weights: each subcollector builds its copy "
                              "from the policy factory and keeps its weights (drop policy=)")
+        if "runs_nodes" in engine.capabilities:  # async mode on Ray: each node's actor runs its rows as a Run
+            engine.node_run = Run
         if "serves_policy" in engine.capabilities:  # the engine's collector starts the server (async mode)
             if setup is None:
                 raise UsageError("collector.mode async serves a policy: give the spec a policy section or policy_factory=")

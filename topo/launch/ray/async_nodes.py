@@ -80,8 +80,9 @@ class AsyncNode:
     """A Ray actor: the async run of one node (:meth:`start`), its batches (:meth:`next`), weight pushes
     (:meth:`update`), its records (:meth:`topo_files`) and its end (:meth:`close`)."""
 
-    def __init__(self, plan: dict[str, Any], subs: list[int], trainer_run_dir: str, policy_factory=None):
-        """``policy_factory``: the trainer's (over the plan's policy section), for this node's server."""
+    def __init__(self, plan: dict[str, Any], subs: list[int], trainer_run_dir: str, node_run, policy_factory=None):
+        """``node_run``: what runs a plan on this machine (:class:`topo.launch.run.Run`, given by the trainer's run);
+        ``policy_factory``: the trainer's (over the plan's policy section), for this node's server."""
         from topo.launch.ray import placement as ray_placement
         from topo.launch.ray.records import records_dir
 
@@ -93,6 +94,7 @@ class AsyncNode:
         self.node_dir = records_dir({"run_dir": trainer_run_dir, "mode": "per_node", "subcollector": subs[0]},
                                     here["node_id"], here["hostname"])
         self.prefix = os.path.join(NODES, here["node_id"][:12])
+        self.node_run = node_run
         self.run = self.batches = self.lookup = None
         self.policy_factory = policy_factory
 
@@ -102,9 +104,8 @@ class AsyncNode:
 
         from topo.launch.options import Options
         from topo.launch.ray import placement as ray_placement
-        from topo.launch.run import Run
 
-        self.run = Run(self.plan, Options(policy_factory=self.policy_factory, report_dir=self.node_dir, progress=False))
+        self.run = self.node_run(self.plan, Options(policy_factory=self.policy_factory, report_dir=self.node_dir, progress=False))
         self.run.start()
         self.batches = iter(self.run.collector)
         self.lookup = torch.tensor(self.rows)
@@ -212,12 +213,14 @@ class RayAsyncTopology:
 class RayAsyncEngine:
     """Async mode under ``placement.engine: ray``: one :class:`AsyncNode` actor per node (:func:`node_groups`).
     ``serves_policy``: each node's run serves the policy (the trainer's run starts no server); ``weight_updates``:
-    pushes reach every node's server. Restarts are each node run's own (none decided by the trainer)."""
+    pushes reach every node's server; ``runs_nodes``: the trainer's run gives it :attr:`node_run`, what runs each
+    node's rows there. Restarts are each node run's own (none decided by the trainer)."""
 
     name = "ray"
-    capabilities: frozenset[str] = frozenset({"serves_policy", "weight_updates"})
+    capabilities: frozenset[str] = frozenset({"serves_policy", "weight_updates", "runs_nodes"})
     weight_sync = None
     policy_setup = None
+    node_run = None  # topo.launch.run.Run
 
     def check(self, plan: dict[str, Any]) -> None:
         from topo.launch.ray.engine import check_reachable
@@ -258,7 +261,8 @@ class RayAsyncEngine:
         run_dir = os.path.abspath(os.environ[RUN_DIR_VAR])
         groups = node_groups(plan)
         actors = [ray.remote(**remote_config(plan, subs))(AsyncNode).remote(
-            plan, subs, run_dir, self.policy_setup.factory if self.policy_setup is not None else None) for subs in groups]
+            plan, subs, run_dir, self.node_run, self.policy_setup.factory if self.policy_setup is not None else None)
+            for subs in groups]
         topology = RayAsyncTopology(plan, actors, groups)
         try:
             started = [actor.start.remote() for actor in actors]
