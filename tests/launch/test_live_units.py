@@ -174,6 +174,27 @@ def test_a_worker_that_closes_and_exits_while_it_is_read_is_closed_not_dead(tmp_
     assert [(r["worker"], r["state"]) for r in v.rows[:3]] == [(0, "closed"), (1, "closed"), (2, "dead")]
 
 
+def test_a_worker_killed_by_a_restart_recorded_while_it_is_read_is_restarting_not_dead(tmp_path, monkeypatch):
+    """Subcollector 0's restart is recorded, then its workers killed, after top read the restarts and before it
+    probed the pids (the 64-worker ``topo top`` test saw a sibling of the hung worker 'dead' so): the restarts are
+    read again after the probe, and the subcollector is shown restarting, none of its workers dead."""
+    import topo.runtime.live as live
+
+    path = fabricated(tmp_path)
+    probe = live.running
+
+    def restarted(pid):  # subcollector 0 (w0, w1: this process) restarted as its workers are probed
+        if pid == os.getpid() and not any(e["name"] == "restart" for e in RunDir(path).read_all("events")):
+            RunDir(path).add("events", {"name": "restart", "pid": pid, "time": 999.0, "restart": 1, "subcollector": 0,
+                                        "worker": 1})
+        return False if pid == os.getpid() else probe(pid)
+
+    monkeypatch.setattr(live, "running", restarted)
+    v = view(Reader(path).read(NOW))
+    assert [(r["worker"], r["restart"], r["state"]) for r in v.rows[:3]] == [
+        (0, 1, "restarting"), (1, 1, "restarting"), (2, 1, "restarting")]
+
+
 def test_a_ray_nodes_workers_are_judged_by_their_pulled_records_not_by_their_pids(tmp_path):
     """A Ray node's records reach the run directory every few seconds (placement.run_dir: per_node): a worker that
     closed and exited is not yet closed here. Its pid tells nothing; its node's actor names a dead worker."""

@@ -114,7 +114,8 @@ def test_topo_top_of_64_workers_shows_each_one_hung_before_its_restart_and_recyc
     assert proc.returncode == 0, stderr
     assert hung_before_restart and seen[(2, 8)][seen[(2, 8)].index("hung") + 1] == "restarting", seen[(2, 8)]
     assert all("recycled" in seen[(1, w)] for w in range(16)), {w: seen[(1, w)] for w in range(16)}
-    assert {k for k, states in seen.items() if "hung" in states or "dead" in states} == {(2, 8)}
+    flagged = {k: states for k, states in seen.items() if "hung" in states or "dead" in states}
+    assert set(flagged) == {(2, 8)}, flagged
     s = summary(report)
     assert [(r["subcollector"], r["cause"]["kind"], r["cause"]["worker"]) for r in s["restarts"]] == [(2, "worker-hung", 8)]
     assert [(r["subcollector"], r["row"]["global_index"]) for r in s["recycles"]] == [(1, 19)]

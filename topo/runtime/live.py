@@ -85,11 +85,28 @@ class Reader:
                         pulled=placement.get("engine") == "ray" and placement.get("run_dir") == "per_node")
         for record in self.run.read_all("observed"):
             snap.observed[(record.get("subcollector"), record.get("restart", 0))] = record
-        snap.events = events.read(self.run)
+        snap.events, snap.restarts = self._restarts()
+        self._fill(snap, self.plan["subcollectors"])
+        self._markers()  # a worker writes 'closed' before it exits: one found gone has its close read by now
+        # a restart is recorded before its old workers are killed: one found gone after this read's restarts were
+        # taken is explained by a restart recorded since (read again: its subcollector shown restarting, not dead)
+        snap.events, restarts = self._restarts()
+        moved = [sub for sub in self.plan["subcollectors"] if restarts[sub["index"]] != snap.restarts[sub["index"]]]
+        if moved:
+            snap.restarts = restarts
+            self._fill(snap, moved)
+            self._markers()
+        snap.summary = _summary(self.run.path, self.launched)
+        snap.evaluations = _rounds(self.run.path)
+        return snap
+
+    def _restarts(self) -> tuple[list[dict], dict[int, int]]:
+        """The run's events, and each subcollector's latest restart (its markers', events' and beats files')."""
+        found_events = events.read(self.run)
         restarts = {sub["index"]: 0 for sub in self.plan["subcollectors"]}
         for c, _, k in self._workers:
             restarts[c] = max(restarts.get(c, 0), k)
-        for e in snap.events:
+        for e in found_events:
             if e["name"] in ("restart", "recycle"):
                 restarts[e["subcollector"]] = max(restarts.get(e["subcollector"], 0), e["restart"])
         beats = os.path.join(self.run.path, heartbeat.FOLDER)
@@ -97,24 +114,25 @@ class Reader:
             found = _BEATS.match(name)
             if found:
                 restarts[int(found[1])] = max(restarts.get(int(found[1]), 0), int(found[2]))
-        snap.restarts = restarts
-        for c, k in restarts.items():
+        return found_events, restarts
+
+    def _fill(self, snap: Snapshot, subs: list[dict]) -> None:
+        """The heartbeats, episode lives and running pids of ``subs``' workers, in their latest restart."""
+        for sub in subs:
+            c = sub["index"]
+            k = snap.restarts.get(c, 0)
             slots = _slots(heartbeat.path(self.run.path, c, k))
             if slots is not None:
                 snap.beats[c] = slots
-        for sub in self.plan["subcollectors"]:
-            k = restarts.get(sub["index"], 0)
+            else:
+                snap.beats.pop(c, None)
             for row in sub["workers"]:
                 life = EpisodeId(row["global_index"], k, 0).life if "global_index" in row else None
                 if life is not None:
                     snap.lives[life] = self._life(life)
-                started = self._workers.get((sub["index"], row["index"], k), {}).get("started")
+                started = self._workers.get((c, row["index"], k), {}).get("started")
                 if started and started.get("host", HOST) == HOST and not snap.pulled and running(started["pid"]):
                     snap.alive.add(started["pid"])
-        self._markers()  # a worker writes 'closed' before it exits: one found gone has its close read by now
-        snap.summary = _summary(self.run.path, self.launched)
-        snap.evaluations = _rounds(self.run.path)
-        return snap
 
     def _markers(self) -> None:
         for m in self.run.read_new("markers"):
