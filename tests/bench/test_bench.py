@@ -112,6 +112,8 @@ def test_startup_phases_in_order_the_chart_and_the_tables(bench):
 
 @pytest.mark.slow
 def test_bench_sweep_fits_time_to_ready_over_workers(tmp_path):
+    """`topo bench --sweep workers=1,3`: two launches of their own (the sweep's points), each started and torn down in
+    full, measured as users' benchmarks are."""
     out = tmp_path / "sweep"
     spec = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "specs", "toy_sweep.yaml.j2")
     done = subprocess.run([sys.executable, "-m", "topo.cli", "bench", spec, "--sweep", "workers=1,3", "--repeats", "1",

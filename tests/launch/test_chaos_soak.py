@@ -10,6 +10,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def test_every_fault_is_found_named_and_recovered_and_nothing_is_lost_unnamed_or_left(tmp_path):
+    """The chaos soak's short version: a minute of faults of every kind on 2 x 2, then each restart's recovery and the
+    teardown; its length is the minute the faults need to be random in time."""
     out = tmp_path / "soak.json"
     done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "chaos_soak.py"), "--topology", "2x2",
                            "--minutes", "1", "--mean-gap", "3", "--cycle", "--hang-timeout", "5", "--settle", "12",

@@ -235,6 +235,8 @@ def test_topo_eval_evaluates_a_checkpoint_and_refuses_a_plan_without_eval(tmp_pa
 
 @pytest.mark.slow
 def test_topo_launch_evaluates_once_after_its_batches_and_reports_it(tmp_path):
+    """Two `topo launch` processes (with the eval section, then `--no-eval`); the first starts an eval process with its
+    own env workers besides the run's."""
     spec = eval_spec(tmp_path, every=None)
     report = tmp_path / "report"
     done = subprocess.run([sys.executable, "-m", "topo.cli", "launch", str(spec), "--batches", "2", "--report",

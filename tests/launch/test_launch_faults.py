@@ -58,6 +58,8 @@ def test_worker_exiting_without_traceback(tmp_path):
 
 
 def test_worker_hanging_past_the_startup_deadline_deaf_to_sigterm(tmp_path):
+    """The startup deadline is waited out in full (the hung worker must have begun constructing by then), then SIGTERM's
+    share of the teardown, which the worker ignores, before SIGKILL."""
     spec = write(tmp_path / "hang.yaml", user_spec("faulty:hanging", 1, 2, fault_seed=1, ignore_sigterm=True))
     report = tmp_path / "report"
     # the deadline counts from the launch's start: the hung worker must have started constructing by then (~4 s

@@ -27,6 +27,8 @@ def train(spec, seed: int) -> tuple[tuple[str, str, str], list[str], dict]:
 
 
 def test_the_same_seed_gives_the_same_run_and_another_seed_another(tmp_path):
+    """Three training runs in fresh processes (the same seed twice, another once), each 3 batches and updates on 2 x 2:
+    reproducibility is only shown across whole launches, each paying its processes' start and teardown."""
     spec = toy_spec(2, 2, collector={"frames_per_batch": 16},
                     policy={"factory": "topo.policies.tinyvla:make",
                             "kwargs": {"action_dim": 2, "image_size": 16, "state_dim": 4}})

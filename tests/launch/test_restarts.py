@@ -228,6 +228,9 @@ def test_without_restarts_a_killed_fork_worker_is_blamed_exactly(tmp_path):
 
 
 def test_async_a_killed_worker_loses_only_its_subcollector_rollout(tmp_path):
+    """A launch whose worker is SIGKILLed at batch 2, then 10 batches more: the restart (its subcollector started again,
+    its envs rebuilt) happens while the other subcollector collects, and the test waits until the restarted one
+    delivers again."""
     spec = restarting(collector={"sync": False})
     done, events = collect(tmp_path, spec, "--do", "kill:worker:0:1", "--at", 2, "--after", 10)
     t_end = time.time()
@@ -338,6 +341,8 @@ def _of_run(run_dir: str) -> list[int]:
 
 
 def test_a_hung_step_without_restarts_fails_naming_the_worker(tmp_path):
+    """A worker hangs after 3 steps; the run must wait out hang_timeout (3 s) past the hang, then fail and tear down
+    every process: the launch, the hang and the teardown make its length."""
     spec = user_spec("faulty:hanging_step", 2, 2, fault_seed=2, after_steps=3)
     spec["launch"]["hang_timeout"] = 3
     report = tmp_path / "report"

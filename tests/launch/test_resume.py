@@ -132,6 +132,8 @@ def test_nothing_of_either_run_is_left(resumed):
 
 @pytest.mark.slow
 def test_topo_launch_resume_continues_a_run_and_refuses_another_plan_s(tmp_path):
+    """Two `topo launch` processes (the run, then its resume) and a refused third: the resume is only shown across
+    launches."""
     from tests.launch.launch_helpers import launch, summary
 
     data = toy_spec(2, 2)

@@ -116,6 +116,8 @@ def test_pids_from_another_node_are_never_watched_here(tmp_path):
 @pytest.mark.slow
 @needs_ray
 def test_launch_on_a_local_ray_head(tmp_path):
+    """A Ray head started for this test, then two launches on it (sync and async), each with its actors and their env
+    workers started and torn down: Ray's own start and two launches make its length."""
     head = RayHead(cpus=2)  # 2 actors x 1 CPU; their 4 env workers are processes Ray does not count
     try:
         runs = {sync: launch(tmp_path, "sync" if sync else "async", toy_ray_spec(head.address, sync), "--batches",
