@@ -71,26 +71,25 @@ def _in_fast(nodeid: str, entry: str) -> bool:
 
 
 #: the files that take longest, collected first (each keeps its tests' order): under pytest-xdist's loadfile,
-#: the long ones start at once instead of one of them ending the run while the other process idles. By their summed
-#: durations, longest first: the five of BUDGETS_S and those after them from a whole-suite run (2026-12-05), the
-#: files added since or missing here (async_mode, watch_run, transforms_launch, two_suites_libero, chunked_libero,
-#: certificate, plugin_backend, docs/test_blocks, libero_doctor, recipe_dropin, gl) from a run of them on 2
-#: processes beside other work (2026-12-06, issue 47), scaled by 0.65 (async_mode by its run since its workers
-#: start from a forkserver: 118 s alone): collected last, in folder order, the LIBERO ones started last and ended
-#: the run alone
+#: the long ones start at once instead of one of them ending the run while the other process idles. Longest first:
+#: the fifteen longest of a whole-suite run's ``--durations`` (2026-12-06, a clean clone beside two Ray runs: 403 s
+#: down to 89 s), then the files ranked after them before (a run of 2026-12-05, and one of the files added since),
+#: in that ranking
 LONGEST_FIRST = ("tests/launch/test_restarts.py", "tests/ray/test_ray_training.py",
-                 "tests/launch/test_evaluation.py", "tests/launch/test_watch_run.py", "tests/launch/test_async_mode.py",
-                 "tests/libero/test_libero_options.py", "tests/launch/test_transforms_launch.py",
-                 "tests/libero/test_two_suites_libero.py", "tests/bench/test_bench.py",
-                 "tests/libero/test_chunked_libero.py", "tests/launch/test_training_api.py",
-                 "tests/launch/test_certificate.py", "tests/launch/test_launch_faults.py", "tests/launch/test_launch.py",
-                 "tests/launch/test_plugin_backend.py", "tests/launch/test_background.py", "tests/launch/test_resume.py",
-                 "tests/docs/test_blocks.py", "tests/ray/test_ray_launch.py", "tests/ray/test_ray_async.py", "tests/libero/test_libero_doctor.py",
-                 "tests/launch/test_stall.py", "tests/ray/test_ray_doctor.py", "tests/launch/test_reproducible.py",
-                 "tests/launch/test_recycle.py", "tests/launch/test_chaos_soak.py", "tests/launch/test_fault_fuzz.py",
-                 "tests/libero/test_libero_build.py",
-                 "tests/libero/test_eval_libero.py", "tests/libero/test_train_libero.py",
-                 "tests/launch/test_recipe_dropin.py", "tests/libero/test_launch_libero.py", "tests/launch/test_gl.py")
+                 "tests/launch/test_background.py", "tests/launch/test_training_api.py",
+                 "tests/launch/test_async_mode.py", "tests/launch/test_watch_run.py",
+                 "tests/launch/test_evaluation.py", "tests/launch/test_launch_faults.py",
+                 "tests/launch/test_resume.py", "tests/libero/test_libero_options.py",
+                 "tests/libero/test_eval_libero.py", "tests/bench/test_bench.py", "tests/launch/test_fault_fuzz.py",
+                 "tests/launch/test_reproducible.py", "tests/launch/test_recycle.py",
+                 "tests/launch/test_transforms_launch.py", "tests/libero/test_two_suites_libero.py",
+                 "tests/libero/test_chunked_libero.py", "tests/launch/test_certificate.py",
+                 "tests/launch/test_launch.py", "tests/launch/test_plugin_backend.py", "tests/docs/test_blocks.py",
+                 "tests/ray/test_ray_launch.py", "tests/ray/test_ray_async.py", "tests/libero/test_libero_doctor.py",
+                 "tests/launch/test_stall.py", "tests/ray/test_ray_doctor.py", "tests/launch/test_chaos_soak.py",
+                 "tests/libero/test_libero_build.py", "tests/libero/test_train_libero.py",
+                 "tests/launch/test_recipe_dropin.py", "tests/libero/test_launch_libero.py",
+                 "tests/launch/test_gl.py")
 
 
 #: ``scripts/test --durations``: each file's budget in seconds (its tests' setup, call and teardown, summed), the five
