@@ -94,6 +94,7 @@ class AsyncNode:
         self.node_dir = records_dir({"run_dir": trainer_run_dir, "mode": "per_node", "subcollector": subs[0]},
                                     here["node_id"], here["hostname"])
         self.prefix = os.path.join(NODES, here["node_id"][:12])
+        self.here = {"node_id": here["node_id"], "hostname": here["hostname"]}
         self.node_run = node_run
         self.run = self.batches = self.lookup = None
         self.policy_factory = policy_factory
@@ -140,16 +141,13 @@ class AsyncNode:
     def close(self) -> dict[str, Any] | None:
         """The node's run ended (envs closed, server and forkserver ended); its report (``summary.json``, its plan
         aside), with where it ran and its rows' places in the whole plan (``rows``)."""
-        from topo.launch.ray import placement as ray_placement
-
         if self.run is None:
             return None
         self.run.close()
         if self.run.report is None:
             return None
-        here = ray_placement.here()
         return {**{k: v for k, v in self.run.report.data.items() if k != "plan"}, "rows": self.rows,
-                "node": {"node_id": here["node_id"], "hostname": here["hostname"], "subcollectors": self.subs,
+                "node": {**self.here, "subcollectors": self.subs,
                          "records": os.path.join(self.prefix, os.path.basename(self.run.run_dir or ""))}}
 
     def __repr__(self) -> str:
