@@ -4,6 +4,7 @@ A subcollector SIGKILLed while collecting: tests/launch/test_training_api.py (th
 exit code and teardown, with a weight update in flight)."""
 from __future__ import annotations
 
+import random
 import re
 import signal
 import subprocess
@@ -15,7 +16,6 @@ from tests.launch.launch_helpers import (HANG_GUARD_S, alive, command, launch, r
                             toy_spec, user_spec, wait_for, write)
 
 pytestmark = pytest.mark.slow
-STARTUP_DEADLINE_S = 25
 
 
 def assert_torn_down(report, t_end: float) -> dict:
@@ -57,23 +57,22 @@ def test_worker_exiting_without_traceback(tmp_path):
     assert_torn_down(report, t_end)
 
 
-def test_worker_hanging_past_the_startup_deadline_deaf_to_sigterm(tmp_path):
-    """The startup deadline is waited out in full (the hung worker must have begun constructing by then), then SIGTERM's
-    share of the teardown, which the worker ignores, before SIGKILL."""
-    spec = write(tmp_path / "hang.yaml", user_spec("faulty:hanging", 1, 2, fault_seed=1, ignore_sigterm=True))
+def test_the_startup_deadline_ends_the_launch_wherever_it_falls(tmp_path):
+    """A deadline at a random instant of the startup (the subcollector still starting, the hung worker not started
+    or constructing, whichever the machine's speed gives): exit 1, each worker not ready named as the deadline found
+    it, nothing left."""
+    deadline = round(random.uniform(1.0, 12.0), 1)
+    spec = write(tmp_path / "hang.yaml", user_spec("faulty:hanging", 1, 2, fault_seed=1))
     report = tmp_path / "report"
-    # the deadline counts from the launch's start: the hung worker must have started constructing by then (~4 s
-    # here alone, ~10 s with the rest of the suite beside it); the test waits out the whole deadline
-    result = launch(spec, "--report", report, "--quiet", "--startup-timeout", STARTUP_DEADLINE_S)
+    result = launch(spec, "--report", report, "--quiet", "--startup-timeout", deadline)
     t_end = time.time()
-    assert result.returncode == 1, result.stderr
-    assert f"startup deadline of {STARTUP_DEADLINE_S}s passed" in result.stderr
-    hung = re.search(r"sub0/w1 constructing for [\d.]+s \(pid (\d+)\)", result.stderr)
-    assert hung, result.stderr
+    assert result.returncode == 1, (deadline, result.stderr)
+    assert re.search(rf"startup deadline of {deadline:g}s passed: [12] of 2 env workers not ready: ", result.stderr), \
+        (deadline, result.stderr)
+    assert re.search(r"sub0/w1 (not started|constructing for [\d.]+s \(pid \d+\))", result.stderr), (deadline, result.stderr)
     assert_no_bare_traceback(result.stderr)
     s = assert_torn_down(report, t_end)
-    assert s["launch"]["startup_timeout_s"] == STARTUP_DEADLINE_S
-    assert int(hung.group(1)) in s["processes"]["killed"]  # it ignored SIGTERM: SIGKILL was needed
+    assert s["launch"]["startup_timeout_s"] == deadline
 
 
 @pytest.fixture
@@ -118,17 +117,22 @@ def _collecting(report) -> bool:
         return False
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_signal_during_startup(started, signum):
-    proc, report = started(user_spec("faulty:hanging", 1, 2))
+@pytest.mark.parametrize("signum,deaf", [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGTERM, True)],
+                         ids=["SIGINT", "SIGTERM", "SIGTERM-workers-deaf-to-it"])
+def test_signal_during_startup(started, signum, deaf):
+    """Both workers hang while constructing; deaf to SIGTERM, they are SIGKILLed once its share of the teardown
+    passed."""
+    proc, report = started(user_spec("faulty:hanging", 1, 2, ignore_sigterm=deaf))
     wait_for(lambda: len(_markers(report, "started")) == 2, what="both workers constructing")
+    hung = {m["pid"] for m in _markers(report, "started")}
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=HANG_GUARD_S)
     t_end = time.time()
     assert proc.returncode == 128 + signum, err
     assert f"interrupted by {signal.Signals(signum).name}" in err
     assert_no_bare_traceback(err)
-    assert_torn_down(report, t_end)
+    s = assert_torn_down(report, t_end)
+    assert (hung <= set(s["processes"]["killed"])) == deaf, (hung, s["processes"])
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
