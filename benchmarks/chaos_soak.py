@@ -43,7 +43,9 @@ process), its flatness is the trainer's and the server's, and a worker life may 
 let it hold (2 x N chunks: async workers step on between batches).
 
 Injection stops ``--settle`` seconds before the end; the run outlasts the end (by up to twice the settle) while
-a fault is still being recovered from, as it may be on a loaded machine. Every
+a fault is still being recovered from, as it may be on a loaded machine. ``--min-faults N`` goes on injecting past
+that point until N faults were injected, the last one settling as well: with ``--cycle``, every kind gets its turn
+however slowly the machine recovers (the suite's short version). Every
 ``--sample-s`` seconds the trainer records the RSS and open fds of itself and of each subcollector, the env
 workers' RSS, the run directory's size, and ``/dev/shm``. At the end the trainer reads each worker life's step
 count from its heartbeat file and the frames each life delivered (from the batches' episode ids), and the
@@ -133,12 +135,15 @@ def spec(env: str, subcollectors: int, workers: int, hang_timeout: float | None 
 
 # -- the trainer (its own process) --------------------------------------------------------------------------------
 class Injector(threading.Thread):
-    """Injects faults into a running ``run`` at random times until ``stop_at`` (monotonic)."""
+    """Injects faults into a running ``run`` at random times until ``stop_at`` (monotonic) and ``min_faults`` faults,
+    whichever comes later (a loaded machine recovers slower: fewer faults fit its minutes)."""
 
     def __init__(self, run, rng: random.Random, mean_gap: float, stop_at: float, kinds: tuple[str, ...], cycle: bool,
-                 continue_after: tuple[float, float] = (1.0, 20.0)):
+                 continue_after: tuple[float, float] = (1.0, 20.0), min_faults: int = 0):
         super().__init__(name="soak-injector", daemon=True)
         self.soaked, self.rng, self.mean_gap, self.stop_at, self.kinds = run, rng, mean_gap, stop_at, kinds
+        self.min_faults = min_faults
+        self.last_at = 0.0  # monotonic time of the last fault
         self.cycle = cycle  # the kinds in turn, not at random
         self.continue_after = continue_after  # a stop-continue's SIGCONT, uniform in this range (s)
         self.faults: list[dict] = []
@@ -171,14 +176,18 @@ class Injector(threading.Thread):
         """Whether a fault has not yet been recovered from: the restart or recycle after it is not collecting."""
         return any(self._open(f, self.events(f["subcollector"])) for f in self.faults)
 
+    def over(self) -> bool:
+        """Whether injection has ended: past ``stop_at`` with at least ``min_faults`` injected."""
+        return time.monotonic() >= self.stop_at and len(self.faults) >= self.min_faults
+
     def run(self) -> None:
         while not self.halt.wait(self.rng.expovariate(1 / self.mean_gap)):
-            if time.monotonic() >= self.stop_at:
+            if self.over():
                 return
             free = self.free()
             while not free and not self.halt.wait(0.5):
                 free = self.free()
-            if not free or time.monotonic() >= self.stop_at:
+            if not free or self.over():
                 return
             kind = self.kinds[len(self.faults) % len(self.kinds)] if self.cycle else self.rng.choice(self.kinds)
             self.inject(kind, self.rng.choice(free))
@@ -198,6 +207,7 @@ class Injector(threading.Thread):
             fault["pid_created"] = _born(pid)
         fault["injected_s"] = round(state.elapsed(time.time()), 3)
         os.kill(pid, sig)
+        self.last_at = time.monotonic()
         self.faults.append(fault)
         if kind == "stop-continue":
             threading.Thread(target=self.resume, args=(fault,), name="soak-continue", daemon=True).start()
@@ -369,7 +379,7 @@ def trainer(args) -> None:
             with open(os.path.join(folder, "run_dir.txt"), "w") as f:
                 f.write(run.run_dir)
             end = ready + args.minutes * 60
-            injector = Injector(run, rng, args.mean_gap, end - args.settle, kinds, args.cycle, (low, high))
+            injector = Injector(run, rng, args.mean_gap, end - args.settle, kinds, args.cycle, (low, high), args.min_faults)
             sampler = Sampler(run, args.sample_s, lambda: (batches, frames))
             jam = JamWatch(args.jam_s, lambda: gaps["last"])
             injector.start()
@@ -395,7 +405,8 @@ def trainer(args) -> None:
                     loss.backward()
                     optim.step()
                     run.update_weights()
-                    if time.monotonic() >= end and (not injector.pending() or time.monotonic() >= end + 2 * args.settle):
+                    now, finish = time.monotonic(), max(end, injector.last_at + args.settle)  # a late fault settles too
+                    if injector.over() and now >= finish and (not injector.pending() or now >= finish + 2 * args.settle):
                         break  # a fault injected before the settle still recovers before the end, on a loaded machine too
             except BaseException as exc:  # noqa: BLE001 - the jam watch's SIGTERM, the stall watchdog's failure
                 ended = exc
@@ -618,6 +629,9 @@ def main() -> None:
     parser.add_argument("--mode", choices=("multi", "async"), default="multi", help="collector.mode")
     parser.add_argument("--kinds", default=None, help=f"of {','.join(KINDS)} (async: not kill-subcollector)")
     parser.add_argument("--cycle", action="store_true", help="the kinds in turn, not at random")
+    parser.add_argument("--min-faults", type=int, default=0,
+                        help="inject past the minutes until this many faults (with --cycle: each kind's turn, however slow "
+                             "the machine)")
     parser.add_argument("--hang-timeout", type=float, default=None, help="launch.hang_timeout (toy 15, libero 60)")
     parser.add_argument("--sample-s", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=0.2, help="share of the samples before flatness is judged")
@@ -653,7 +667,8 @@ def main() -> None:
     name = f"fault_fuzz_{args.env}_{args.mode}" if preset else f"chaos_soak_{args.env}"
     out = args.out or os.path.join(HERE, "results", f"{name}.json")
     # the soak itself ends, whatever the run does: its trainer past this is ended from here (a failure)
-    deadline_s = STARTUP_AND_TEARDOWN_S + args.minutes * 60 + 2 * args.settle + args.jam_s
+    deadline_s = (STARTUP_AND_TEARDOWN_S + args.minutes * 60 + 2 * args.settle + args.jam_s
+                  + args.min_faults * (args.mean_gap + args.settle))  # a fault owed past the minutes: its gap, its settle
     with tempfile.TemporaryDirectory(prefix="topo-soak-") as folder:
         before = _shm()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([HOOKS, ROOT, os.environ.get("PYTHONPATH", "")]),
