@@ -127,20 +127,25 @@ def _diagnostics(err) -> list[Diagnostic]:
         return [error("schema-key", f"key {_describe(err.instance)} is not allowed here: "
                       f"{err.context[0].message if err.context else err.message}", path, "use a task id (an integer)")]
     if kind in ("oneOf", "anyOf"):
-        return [_one_of(err, path)]
+        return _one_of(err, path)
     return [error(f"schema-{kind.lower()}", err.message, path)]
 
 
-def _one_of(err, path) -> Diagnostic:
+def _one_of(err, path) -> list[Diagnostic]:
     """Name what was accepted instead of jsonschema's 'not valid under any of the given schemas'."""
-    forms = [_form(sub) for sub in err.validator_value]
+    # inside the value (an item of a list): the alternative of its JSON type says what is wrong, item by item
+    inner = [d for sub_err in err.context if len(sub_err.absolute_path) > len(path) for d in _diagnostics(sub_err)]
+    if inner:
+        return list(dict.fromkeys(inner))
     # the alternative of the same JSON type usually says the real problem (e.g. a negative count)
     for sub_err in sorted(err.context, key=lambda e: len(e.absolute_path), reverse=True):
-        if sub_err.validator not in ("type", "const", "oneOf"):
+        if sub_err.validator not in ("type", "const", "oneOf", "pattern"):  # a pattern is no message: the forms are
             inner = _diagnostics(sub_err)
             if inner:
-                return inner[0] if inner[0].hint else replace(inner[0], hint=_null_means(err))
-    return error("schema-type", f"expected {' or '.join(forms)}, got {_describe(err.instance)}", path)
+                return [inner[0] if inner[0].hint else replace(inner[0], hint=_null_means(err))]
+    forms = [err.schema["title"]] if "title" in err.schema else [_form(sub) for sub in err.validator_value]
+    expected = forms[0] if len(forms) == 1 else f"{', '.join(forms[:-1])} or {forms[-1]}"
+    return [error("schema-type", f"expected {expected}, got {_describe(err.instance)}", path)]
 
 
 def _null_means(err) -> str | None:
@@ -154,7 +159,9 @@ def _null_means(err) -> str | None:
 
 def _form(sub: dict) -> str:
     if "$ref" in sub:
-        return sub["$ref"].rsplit("/", 1)[-1].replace("_", " ")
+        name = sub["$ref"].rsplit("/", 1)[-1]
+        title = schema()["$defs"].get(name, {}).get("title")
+        return name.replace('_', ' ') + (f" ({title})" if title else "")
     if "const" in sub:
         return json.dumps(sub["const"])
     t = sub.get("type")
