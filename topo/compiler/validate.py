@@ -39,15 +39,18 @@ def validate(source: Source) -> Checked:
     spec = None
     backend = catalog = None
     if isinstance(source.data, dict):
+        refused = [_value_path(d.path) for d in found if not d.suggestion]
         repaired = _without(_respelt(source.data, found), [d.path for d in found if not d.suggestion])
         too_wide = too_many_ids(repaired)
         found += too_wide + item_shapes(source.data)
         if not too_wide and not schema.check(repaired):
             spec = from_data(repaired)
             ctx, said = context(spec)
-            found += said
+            checked = said
             for rule in RULES:
-                found += rule(spec, ctx)
+                checked += rule(spec, ctx)
+            # on a value the schema refused (a key, a list with a bad item), its error is what to fix first
+            found += [d for d in checked if not any(_touches(d, path) for path in refused)]
             backend, catalog = ctx.backend, ctx.catalog
         else:
             found += backend_alone(repaired)
@@ -60,8 +63,24 @@ def validate(source: Source) -> Checked:
     return Checked(placed, spec, backend, catalog)
 
 
+def _value_path(path: tuple) -> tuple:
+    """The key whose value holds ``path``: a list item's list."""
+    while path and isinstance(path[-1], int):
+        path = path[:-1]
+    return path
+
+
+def _touches(d: Diagnostic, refused: tuple) -> bool:
+    """Whether ``d`` is about the value at ``refused``: at it or inside it, or a rule finding its key missing (at
+    the mapping that holds it)."""
+    if d.code.endswith("-missing") and d.path == refused[:-1]:
+        return True
+    return bool(refused) and d.path[:len(refused)] == refused
+
+
 def _without(data: dict, paths: list[tuple]) -> dict:
-    """A copy of ``data`` without the values that failed the schema, so the rules can still run."""
+    """A copy of ``data`` without the values that failed the schema (a bad list item: only the item), so the rules can
+    still run."""
     out = copy.deepcopy(data)
     for path in paths:
         node: Any = out
@@ -79,8 +98,22 @@ def _without(data: dict, paths: list[tuple]) -> dict:
             node.pop(key, None)
             node.pop(_as_int(key), None)
         elif isinstance(node, list) and isinstance(key, int) and key < len(node):
-            node[key] = None
-    return out
+            node[key] = _GONE
+    return _strip(out)
+
+
+_GONE = object()  # a list item that failed the schema
+
+
+def _strip(node: Any) -> Any:
+    """``node`` without the list items marked gone; a list left empty goes too."""
+    if isinstance(node, dict):
+        kept = {k: _strip(v) for k, v in node.items()}
+        return {k: v for k, v in kept.items() if v is not _GONE}
+    if isinstance(node, list):
+        kept = [x for x in map(_strip, node) if x is not _GONE]
+        return kept if kept or not node else _GONE
+    return node
 
 
 def _respelt(data: dict, found: list[Diagnostic]) -> dict:

@@ -29,10 +29,17 @@ def context(spec: Spec) -> tuple[Context, list[Diagnostic]]:
             where = ("assignment", "blocks", i, "kwargs")
             out += [d for d in backend.check_kwargs({**spec.env_kwargs, **block.kwargs}, where)
                     if d.path[:len(where)] == where and len(d.path) > len(where) and d.path[len(where)] in block.kwargs]
-    out += qualified(spec, backend)
-    if backend is not None and not any(d.is_error for d in out):
+    suites = qualified(spec, backend)
+    out += suites
+    # the catalog is read from the suites alone: a misspelt camera kwarg leaves the task ids checked
+    if backend is not None and not any(d.is_error and (d in suites or _names_suite(d, backend)) for d in out):
         catalog = backend.suites_catalog(spec.env_kwargs, spec.suites) if spec.suites else backend.catalog(spec.env_kwargs)
     return Context(backend, catalog), out
+
+
+def _names_suite(d: Diagnostic, backend: Backend) -> bool:
+    """Whether ``d`` is about a kwarg that chooses the task suite (where the env's or a block's kwargs set it)."""
+    return bool(backend.suite_key) and bool(d.path) and d.path[-1] == backend.suite_key
 
 
 def load_backend(name: str) -> tuple[Backend | None, list[Diagnostic]]:
