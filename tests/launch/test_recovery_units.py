@@ -412,3 +412,23 @@ def test_a_process_a_peer_s_death_ended_is_never_the_one_blamed(tmp_path):
     state.update()
     found = failure.decide(state)
     assert (found.kind, found.pid, found.worker) == ("worker-died", 21, 1)
+
+
+def test_an_async_worker_idle_while_it_could_send_hangs_though_its_siblings_feed_the_trainer(tmp_path):
+    """Async mode: a sibling fills every batch, so the trainer hardly ever waits (its holds cover nearly all the time);
+    a worker that has had a result permit for the timeout and took no step hangs all the same. One without a permit
+    waits for the trainer (never a hang), and one that just got a permit back counts from then."""
+    state = state_of(tmp_path, sub(0, 10, 101), started(0, 0, 20, 102), started(0, 1, 21, 102))
+    fed = [(209.95, 209.96), (209.9, 209.92), (180.0, 196.0)]  # the trainer has its batch; worker 0 steps, 1 since 196
+    assert failure.hung(state, {0: fed}, timeout=10, now=210.0, independent=True) is None  # the owed rule alone: never
+    found = failure.hung(state, {0: fed}, timeout=10, now=210.0, independent=True, free={0: [209.0, 197.0]})
+    assert (found.kind, found.worker, found.pid, found.at) == ("worker-hung", 1, 21, 207.0)  # the timeout after 197
+    assert found.message == ("env worker hung while collecting: no step for 13.0s while its siblings stepped "
+                             "(hang_timeout 10s, pid 21); it took 0 steps")
+    assert failure.hung(state, {0: fed}, timeout=10, now=210.0, independent=True, free={0: [209.0, None]}) is None
+    assert failure.hung(state, {0: fed}, timeout=10, now=210.0, independent=True, free={0: [209.0, 201.0]}) is None
+    found = failure.hung(state, {0: fed}, timeout=10, now=210.0, independent=True, free={0: [209.0, 197.0]},
+                         is_stopped=lambda pid: pid == 21)
+    assert found.message.startswith("env worker stopped while collecting: no step for 13.0s while its siblings stepped")
+    quiet = [(209.95, 209.96), (180.0, 190.0), (180.0, 196.0)]  # nobody stepped for the timeout: the stall watch's
+    assert failure.hung(state, {0: quiet}, timeout=10, now=210.0, independent=True, free={0: [190.0, 197.0]}) is None

@@ -49,7 +49,8 @@ def died(c: int) -> Failure:
 def test_recovery_is_the_restart_port():
     members = {name for name in vars(RestartPort) if not name.startswith("_")}
     assert members == {"bell", "tick", "lost", "settle", "judge", "blame", "begin", "poll_ready", "built", "instantiated",
-                       "asked", "between_batches", "running_free", "waiting", "failed", "abandon", "current_weights"}
+                       "asked", "permits", "between_batches", "running_free", "waiting", "failed", "abandon",
+                       "current_weights"}
     assert all(hasattr(Recovery, name) for name in members - {"current_weights"})  # that one: given at construction
 
 

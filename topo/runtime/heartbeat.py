@@ -337,7 +337,7 @@ def read(run_dir: str, subcollector: int, restart: int) -> list[tuple[float, flo
 
 
 def waiting_on(slots: list[tuple[float, float]], steps: list[int], timeout: float, now: float,
-               independent: bool = False) -> dict[int, float] | None:
+               independent: bool = False, free: list[float | None] | None = None) -> dict[int, float] | None:
     """What hangs in a subcollector, from its heartbeat ``slots`` (slot 0 the rollout's
     (asked, delivered), slot ``w + 1`` worker ``w``'s step (started, ended)) and its workers' ``steps``: None
     when nothing does; else the workers to blame, each with how long the rollout has waited on it. Those in a
@@ -346,7 +346,9 @@ def waiting_on(slots: list[tuple[float, float]], steps: list[int], timeout: floa
     together; one stopped before it could stamp its step shows so). An empty dict: the rollout is owed and
     waits on no worker (the collector itself hangs). ``independent`` workers (async mode: each steps on its own,
     the trainer owes the batch): while it is owed, each that has not stepped for ``timeout``, the trainer's last
-    hold of a batch left out (a worker may wait for result permits meanwhile)."""
+    hold of a batch left out (a worker may wait for result permits meanwhile); and, whether it is owed or not, each
+    idle for ``timeout`` since it was last seen able to send a result (``free[w]``: since when it has had a permit,
+    None: it has none): siblings may feed the trainer while it never steps again."""
     asked, delivered = slots[0]
     workers = slots[1:]
     busy = {i: now - started for i, (started, ended) in enumerate(workers) if started > ended}
@@ -354,9 +356,17 @@ def waiting_on(slots: list[tuple[float, float]], steps: list[int], timeout: floa
     if late or busy and not independent:
         return late or None
     if independent:
-        idle = {i: now - ended - max(0.0, asked - max(delivered, ended))
-                for i, (started, ended) in enumerate(workers) if started <= ended}
-        return {i: seconds for i, seconds in idle.items() if seconds > timeout} or None if asked > delivered else None
+        idle = {}
+        for i, (started, ended) in enumerate(workers):
+            if started > ended:
+                continue
+            waited = [now - ended - max(0.0, asked - max(delivered, ended))] if asked > delivered else []
+            since = free[i] if free is not None and i < len(free) else None
+            if since is not None:
+                waited.append(now - max(ended, since))
+            if waited and max(waited) > timeout:
+                idle[i] = max(waited)
+        return idle or None
     last = max([asked, *(ended for _, ended in workers)])
     if asked <= delivered or now - last <= timeout:
         return None

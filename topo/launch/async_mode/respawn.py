@@ -259,6 +259,13 @@ class Respawner:
 
     def supervise(self, port: RestartPort) -> None:
         self.port = port
+        port.permits(self.has_permit)
+
+    def has_permit(self, c: int, w: int) -> bool | None:
+        """Whether env worker ``w`` of ``c`` may send a result now: a permit left in its life's budget (None: unknown,
+        its budget not made yet). One with none waits for the trainer, not a hang."""
+        budget = self.context.budget[self.groups[c][w]]
+        return None if budget is None else budget.get_value() > 0
 
     def stop(self) -> None:
         """The run ends: torchrl's shutdown sees the processes as they are; the beats files are unmapped."""

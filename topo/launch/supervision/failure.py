@@ -116,7 +116,8 @@ def _candidates(state: RunState):
 
 def hung(state: RunState, beats: Mapping[int, list[tuple[float, float]]], timeout: float, now: float,
          steps: Mapping[int, list[int]] | None = None, independent: bool = False,
-         is_stopped: Callable[[int], bool] | None = None) -> Failure | None:
+         is_stopped: Callable[[int], bool] | None = None,
+         free: Mapping[int, list[float | None]] | None = None) -> Failure | None:
     """The first hang the heartbeats show (:func:`topo.runtime.heartbeat.waiting_on`), among the subcollectors in
     ``beats`` (``steps``: each one's workers' step counts, when known).
 
@@ -127,6 +128,8 @@ def hung(state: RunState, beats: Mapping[int, list[tuple[float, float]]], timeou
     ``independent``: async mode's workers, each stepping on its own (:func:`topo.runtime.heartbeat.waiting_on`). One
     idle (not in a step) hangs only while others step (within ``timeout``), or when it is stopped (``is_stopped(pid)``):
     a worker stopped where it shares a lock or an event with the server stalls every worker, and it is the one named.
+    Idle counts while the trainer waits for a batch, and while the worker could send a result (``free``: per
+    subcollector, since when each worker has had a result permit; :func:`topo.runtime.heartbeat.waiting_on`).
     """
     found = []
     latest = max((ended for slots in beats.values() for _, ended in slots[1:]), default=0.0)
@@ -134,7 +137,7 @@ def hung(state: RunState, beats: Mapping[int, list[tuple[float, float]]], timeou
     for c, slots in beats.items():
         sub = state.subcollectors[c]
         counts = list((steps or {}).get(c) or [0] * (len(slots) - 1))
-        waits = heartbeat.waiting_on(slots, counts, timeout, now, independent)
+        waits = heartbeat.waiting_on(slots, counts, timeout, now, independent, (free or {}).get(c))
         if waits is None:
             continue
         if not waits:
@@ -154,9 +157,9 @@ def hung(state: RunState, beats: Mapping[int, list[tuple[float, float]]], timeou
                 stopped = is_stopped is not None and w.pid is not None and is_stopped(w.pid)
                 if not (progressing or stopped):
                     continue  # every worker waits: not this one's hang (a stalled server is the stall watch's)
+                why = "the trainer waited for a batch" if slots[0][0] > slots[0][1] else "its siblings stepped"
                 message = (f"env worker {'stopped' if stopped else 'hung'} while collecting: no step for {seconds:.1f}s "
-                           f"while the trainer waited for a batch (hang_timeout {timeout:g}s, pid {w.pid}); it took "
-                           f"{counts[i]} steps")
+                           f"while {why} (hang_timeout {timeout:g}s, pid {w.pid}); it took {counts[i]} steps")
             else:
                 message = (f"env worker hung while collecting: its subcollector has waited {seconds:.1f}s for its step "
                            f"(hang_timeout {timeout:g}s, pid {w.pid}); it took {counts[i]} steps, its siblings "

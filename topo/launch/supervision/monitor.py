@@ -44,6 +44,8 @@ class Monitor:
         self.hang_timeout = None if engine(state.plan) == "ray" else state.plan["launch"].get("hang_timeout")
         self.budget = restarts.Budget(state.plan["launch"].get("restarts"))
         self.independent = (state.plan.get("collector") or {}).get("mode") == "async"  # no subcollector process: workers alone
+        self.permitted: Callable[[int, int], bool | None] | None = None  # async mode: a worker may send a result
+        self._free_since: dict[tuple[int, int, int], float] = {}  # (c, restart, w): seen able to send since
         self.failure: failure.Failure | None = None
         self.lock = threading.RLock()  # held while the state changes; take it to read the state consistently
         self.seen: set[int] = set()  # every pid of the run seen alive (records and environment scans)
@@ -148,17 +150,33 @@ class Monitor:
         if self.hang_timeout is None or now - self._last_beats < HANG_SCAN_S:
             return None
         self._last_beats = now
-        beats, steps = {}, {}
+        beats, steps, free = {}, {}, {}
         for c, sub in self.state.subcollectors.items():
             if sub.local and (sub.pid or self.independent) and not sub.pending and (sub.first or sub.ready):
                 slots = heartbeat.read(self.state.run.path, c, sub.restart)
                 health = heartbeat.health(self.state.run.path, c, sub.restart)
                 if slots:
                     beats[c], steps[c] = slots, [h.steps if h else 0 for h in health or ()]
-        found = failure.hung(self.state, beats, self.hang_timeout, now, steps, self.independent, processes.stopped)
+                    free[c] = self._free(c, sub.restart, len(slots) - 1, now)
+        found = failure.hung(self.state, beats, self.hang_timeout, now, steps, self.independent, processes.stopped,
+                             free if self.permitted is not None else None)
         if found is not None and found.kind == "subcollector-hung":
             found = failure.stopped_in(self.state, found, processes.stopped) or found
         return found
+
+    def _free(self, c: int, restart: int, workers: int, now: float) -> list[float | None]:
+        """Since when each worker of ``c`` has been seen able to send a result, at every look (None: not now)."""
+        for key in [k for k in self._free_since if k[0] == c and k[1] != restart]:
+            del self._free_since[key]  # an earlier life's
+        out = []
+        for w in range(workers):
+            key = (c, restart, w)
+            if self.permitted is not None and self.permitted(c, w):
+                out.append(self._free_since.setdefault(key, now))
+            else:
+                self._free_since.pop(key, None)
+                out.append(None)
+        return out
 
     def _late_restart(self, now: float) -> failure.Failure | None:
         """A restarted subcollector not collecting ``startup_timeout`` seconds after it started."""

@@ -63,6 +63,10 @@ class RestartPort(Protocol):
     def asked(self, c: int) -> None:
         """``c`` was asked for a batch (from now on it owes one)."""
 
+    def permits(self, has_permit: Callable[[int, int], bool | None]) -> None:
+        """``has_permit(c, w)``: whether env worker ``w`` of ``c`` may send a result now (async mode: a result permit
+        left in its budget; None: unknown). The hang rule then finds a worker idle while it could send."""
+
     def between_batches(self) -> None:
         """The trainer asked for the next batch (health budgets: a subcollector may be rebuilt)."""
 

@@ -112,6 +112,10 @@ class Recovery:
         with self.monitor.lock:
             return all(w.constructed is not None for w in self.state.workers.values() if w.subcollector == index)
 
+    def permits(self, has_permit) -> None:
+        """The engine's answer to whether a worker may send a result (read by the monitor's hang rule)."""
+        self.monitor.permitted = has_permit
+
     def instantiated(self, index: int) -> None:
         """The restart of ``index`` collects: its envs are built, its policy has the weights."""
         with self.monitor.lock:
