@@ -4,6 +4,7 @@ A subcollector SIGKILLed while collecting: tests/launch/test_training_api.py (th
 exit code and teardown, with a weight update in flight)."""
 from __future__ import annotations
 
+import os
 import random
 import re
 import signal
@@ -147,6 +148,31 @@ def test_signal_during_collection_closes_every_env(started, signum):
     s = assert_torn_down(report, t_end)
     assert s["env_closes"] == {"constructed": 4, "closed": 4}  # the collector shut down gracefully
     assert s["processes"]["left_behind"] == []
+
+
+@pytest.mark.parametrize("mode", ["multi", "async"])
+def test_a_worker_stopped_when_the_run_ends_is_killed_first_and_jams_nothing(started, mode):
+    """An env worker SIGSTOPped at a random instant of collection, then SIGINT: the stopped worker is SIGKILLed
+    before the graceful close (it would close nothing, and a close waiting on it spent the whole budget: 26 s
+    of 30 in multi mode, and async mode never ended); nothing is left."""
+    spec = toy_spec(1, 2, collector={"mode": mode, "frames_per_batch": 8})
+    if mode == "async":
+        spec["policy"] = {"factory": "topo.policies.tinyvla:make", "kwargs": {"action_dim": 4, "image_size": 16,
+                                                                             "state_dim": 8}}
+    spec["launch"]["shutdown_timeout"] = 30
+    proc, report = started(spec, "--batches", str(10**9))
+    wait_for(lambda: _collecting(report), what="the first batch")
+    (pid,) = [m["pid"] for m in _markers(report, "started") if m["worker"]["index"] == 1]
+    time.sleep(random.uniform(0.0, 2.0))
+    os.kill(pid, signal.SIGSTOP)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=HANG_GUARD_S)
+    t_end = time.time()
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert_no_bare_traceback(err)
+    s = assert_torn_down(report, t_end)
+    assert pid in s["processes"]["killed"], s["processes"]
 
 
 @pytest.mark.parametrize("placement", ["subcollector", "server"])

@@ -367,9 +367,10 @@ def _on_failure(run: Run, found: failures.Failure) -> None:
 
 
 def _graceful(run: Run, deadline: teardown.Deadline) -> None:
-    """The eval process closes its run; the engine closes envs and subcollectors (or, never built, they are
-    ended); then the policy server; then the engine leaves its cluster."""
+    """Stopped processes killed; the eval process closes its run; the engine closes envs and subcollectors (or,
+    never built, they are ended); then the policy server; then the engine leaves its cluster."""
     down, recovery = run.life.down, run.life.recovery
+    down.killed += teardown.end_stopped(run.state.run.path, os.getpid())
     if run.eval is not None:
         run.eval.close(deadline.left() - teardown.shutdown_budget(run.plan, evaluation=False))
     if run.collector is not None:

@@ -282,10 +282,13 @@ class RayAsyncEngine:
 
     def shutdown(self, topology: RayAsyncTopology, timeout: float) -> list[None]:
         """Every node's run closed (its envs, server, forkserver), its last records pulled and its directory removed,
-        then the actors ended, within ``timeout`` seconds overall."""
+        then the actors ended, within ``timeout`` seconds (the graceful share) and a node teardown's stages."""
         import ray
 
-        deadline = time.monotonic() + timeout
+        from topo.launch.supervision.teardown import STAGES_S
+
+        # each node's run tears down as one machine's does: its graceful share (this one's), then its stages
+        deadline = time.monotonic() + timeout + sum(STAGES_S.values())
         if topology.puller is not None:
             topology.puller.stop()
         closing = [actor.close.remote() for actor in topology.actors]
@@ -294,7 +297,7 @@ class RayAsyncEngine:
         for i, ref in enumerate(closing):
             try:
                 closed = ray.get(ref, timeout=0) if ref in done else {"ok": False, "error": {
-                    "type": "Timeout", "message": f"the node's run was not closed within {timeout:g}s", "in": "topo"}}
+                    "type": "Timeout", "message": f"the node's run was not closed within {timeout + sum(STAGES_S.values()):g}s", "in": "topo"}}
             except Exception as err:  # noqa: BLE001 - a dead actor: its node's records stay there
                 closed = {"ok": False, "error": {"type": type(err).__name__, "message": str(err)[-3000:], "in": "topo"}}
             closed = closed or {"ok": False, "error": {"type": "NotStarted", "message": "the node's run never started",

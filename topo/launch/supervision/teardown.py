@@ -4,8 +4,9 @@ Like torchrl's ``_shutdown_main`` (join until 80 % of the timeout, SIGTERM until
 run's teardown has one overall deadline, ``graceful`` seconds (the plan's shutdown budget, for the
 engine to close every env) plus :data:`STAGES_S`, spent in order:
 
-1. graceful: the engine shuts the collector down (envs closed, subcollectors joined), restarts still
-   starting are abandoned, then the policy server gets ``server`` seconds;
+1. graceful: the run's stopped processes are killed (they would close nothing), the engine shuts the collector
+   down (envs closed, subcollectors joined), restarts still starting are abandoned, then the policy server gets
+   ``server`` seconds;
 2. exit: what is left of the run's processes (found by environment, orphans included) may exit by
    itself (a forkserver that preloaded torch takes ~2 s);
 3. terminate: SIGTERM, then kill: SIGKILL;
@@ -76,6 +77,16 @@ class Record:
 def end(procs: list, deadline: Deadline) -> list[int]:
     """SIGTERM ``procs``, the terminate share to exit, then SIGKILL; the pids that needed SIGKILL."""
     return processes.terminate(procs, deadline.left("terminate"), deadline.left("kill"))
+
+
+def end_stopped(run_path: str, trainer: int) -> list[int]:
+    """SIGKILL the run's stopped processes (SIGSTOP, a debugger's trap) before the graceful stage: they close
+    nothing and answer no one, and a close waiting on one would spend the whole budget. The pids killed."""
+    stopped = [p for p in processes.of_run(run_path, trainer) if processes.stopped(p.pid)]
+    for proc in stopped:
+        processes.kill(proc)
+    processes.wait(stopped, STAGES_S["kill"])
+    return sorted(p.pid for p in stopped)
 
 
 def abort(run_path: str, trainer: int) -> list[int]:
