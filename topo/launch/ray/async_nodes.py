@@ -288,7 +288,8 @@ class RayAsyncEngine:
         from topo.launch.supervision.teardown import STAGES_S
 
         # each node's run tears down as one machine's does: its graceful share (this one's), then its stages
-        deadline = time.monotonic() + timeout + sum(STAGES_S.values())
+        waited = timeout + sum(STAGES_S.values())
+        deadline = time.monotonic() + waited
         if topology.puller is not None:
             topology.puller.stop()
         closing = [actor.close.remote() for actor in topology.actors]
@@ -297,7 +298,7 @@ class RayAsyncEngine:
         for i, ref in enumerate(closing):
             try:
                 closed = ray.get(ref, timeout=0) if ref in done else {"ok": False, "error": {
-                    "type": "Timeout", "message": f"the node's run was not closed within {timeout + sum(STAGES_S.values()):g}s", "in": "topo"}}
+                    "type": "Timeout", "message": f"the node's run was not closed within {waited:g}s", "in": "topo"}}
             except Exception as err:  # noqa: BLE001 - a dead actor: its node's records stay there
                 closed = {"ok": False, "error": {"type": type(err).__name__, "message": str(err)[-3000:], "in": "topo"}}
             closed = closed or {"ok": False, "error": {"type": "NotStarted", "message": "the node's run never started",

@@ -157,9 +157,10 @@ class Monitor:
                 health = heartbeat.health(self.state.run.path, c, sub.restart)
                 if slots:
                     beats[c], steps[c] = slots, [h.steps if h else 0 for h in health or ()]
-                    free[c] = self._free(c, sub.restart, len(slots) - 1, now)
+                    if self.permitted is not None:
+                        free[c] = self._free(c, sub.restart, len(slots) - 1, now)
         found = failure.hung(self.state, beats, self.hang_timeout, now, steps, self.independent, processes.stopped,
-                             free if self.permitted is not None else None)
+                             free or None)
         if found is not None and found.kind == "subcollector-hung":
             found = failure.stopped_in(self.state, found, processes.stopped) or found
         return found
@@ -171,7 +172,7 @@ class Monitor:
         out = []
         for w in range(workers):
             key = (c, restart, w)
-            if self.permitted is not None and self.permitted(c, w):
+            if self.permitted(c, w):
                 out.append(self._free_since.setdefault(key, now))
             else:
                 self._free_since.pop(key, None)
