@@ -79,10 +79,11 @@ def test_top_and_trace_of_a_run_with_a_restart_and_an_evaluation(tmp_path):
 def test_topo_top_of_64_workers_shows_each_one_hung_before_its_restart_and_recycled_while_rebuilt(tmp_path):
     """Row 40 (subcollector 2, worker 8) hangs in its 31st step (hang_timeout 10: hung from 5 s in one step, the
     restart at 10 s); row 19 (subcollector 1, worker 3) ends an episode every 5 steps, past launch.recycle's
-    max_episodes 4. --force: the memory check reads a callable backend's declared 0.4 GB a worker; a ToyVLAEnv
-    worker holds far less."""
+    max_episodes 4. A rebuilt worker takes 3 s to build (``rebuild_s``): forked from the run's forkserver, a rebuild
+    is otherwise over before ``topo top`` looks again. --force: the memory check reads a callable backend's declared
+    0.4 GB a worker; a ToyVLAEnv worker holds far less."""
     data = user_spec("unhealthy:unhealthy", 4, 16, step_ms=20, short_seed=19, episode_steps=5, hang_seed=40,
-                     hang_after=30)
+                     hang_after=30, rebuild_s=3)
     data["launch"].update(hang_timeout=10, restarts={"max": 1}, recycle={"max_episodes": 4})
     report = tmp_path / "report"
     proc = subprocess.Popen(command(write(tmp_path / "spec.yaml", data), "--report", report, "--quiet", "--force",

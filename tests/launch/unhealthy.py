@@ -4,17 +4,21 @@
 modulo N: the workers' plan count keeps it leaking through restarts), ``slow_seed`` sleeps ``slow_ms`` longer at each
 step past its first 50 (its baseline), ``short_seed`` ends its episodes every ``episode_steps`` steps
 (the others never end theirs), ``hang_seed`` never returns from its step ``hang_after + 1``. A restart or recycle
-reseeds the worker: it is healthy again.
+reseeds the worker: it is healthy again. ``rebuild_s``: a worker of a restarted or recycled subcollector (its
+``TOPO_RESTART``) sleeps that long before its env is built, so that the rebuild lasts long enough to be watched.
 """
 from __future__ import annotations
 
+import os
 import time
 
 from faulty import toy
 
 
 def unhealthy(*, seed, step_ms=2.0, leak_seed=None, leak_mb=4, leak_stride=None, slow_seed=None, slow_ms=0.2,
-              short_seed=None, episode_steps=5, hang_seed=None, hang_after=0, **kwargs):
+              short_seed=None, episode_steps=5, hang_seed=None, hang_after=0, rebuild_s=0.0, **kwargs):
+    if os.environ.get("TOPO_RESTART"):
+        time.sleep(rebuild_s)
     env = toy(seed=seed, **kwargs)
     step, held, steps = env._step, [], [0]
     leaks = seed == leak_seed or (leak_stride and leak_seed is not None and seed % leak_stride == leak_seed)

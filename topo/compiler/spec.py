@@ -357,7 +357,7 @@ def from_data(data: Mapping[str, Any]) -> Spec:
         subcollectors=n_sub,
         workers=workers,
         workers_listed=isinstance(wps, list),
-        start_subcollectors=start.get("subcollectors", "spawn"),
+        start_subcollectors=start.get("subcollectors", "forkserver"),
         start_workers=start.get("workers", DEFAULT_WORKER_START),
         preload=start.get("preload", True),
         tasks=tasks,

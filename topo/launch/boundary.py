@@ -309,17 +309,19 @@ def run_subcollector(target, *args, **kwargs) -> None:
     quiet.run_quietly("subcollector", functools.partial(target, *args, **kwargs), FOUND_DEAD)
 
 
-def quiet_env_workers() -> None:
+def quiet_env_workers(requester: Any = None) -> bool:
     """In a subcollector process: the env workers its ``ParallelEnv`` starts run torchrl's loop through
-    :func:`run_env_worker`, quiet when the subcollector's death ends them."""
+    :func:`run_env_worker`, quiet when the subcollector's death ends them and, given a ``requester``
+    (:class:`topo.launch.forkserver.Requester`: forked from the run's forkserver), in its environment and process
+    group first. Whether they do (this torchrl's worker loops are where topo knows them)."""
     if not support(("quiet-ends",)).ok("quiet-ends"):
-        return
+        return False
     from torchrl.envs import batched_envs
 
     for name in _WORKER_LOOPS:
-        if name not in _WORKER_ORIGINALS:
-            _WORKER_ORIGINALS[name] = getattr(batched_envs, name)  # a forked worker finds it here
-            setattr(batched_envs, name, functools.partial(run_env_worker, name))
+        _WORKER_ORIGINALS.setdefault(name, getattr(batched_envs, name))  # a forked worker finds it here
+        setattr(batched_envs, name, functools.partial(run_env_worker, name, requester))
+    return True
 
 
 _WORKER_LOOPS = ("_run_worker_pipe_direct", "_run_worker_pipe_shared_mem")
@@ -329,11 +331,13 @@ FOUND_DEAD = ("_check_for_faulty_process",)
 _WORKER_ORIGINALS: dict[str, Any] = {}
 
 
-def run_env_worker(name: str, *args, **kwargs) -> None:
+def run_env_worker(name: str, requester: Any, *args, **kwargs) -> None:
     """An env worker process: torchrl's loop ``name`` (the module's own in a fresh process, the saved one in a forked
-    one), quiet when its subcollector's death ends it."""
+    one), quiet when its subcollector's death ends it; first its ``requester``'s environment and group, if any."""
     from torchrl.envs import batched_envs
 
+    if requester is not None:
+        requester.join()
     quiet.quiet_fd_sharing()
     quiet.run_quietly("worker", functools.partial(_WORKER_ORIGINALS.get(name) or getattr(batched_envs, name), *args,
                                                   **kwargs))

@@ -55,10 +55,11 @@ class Inherited:
         from multiprocessing.reduction import ForkingPickler
 
         popen = get_spawning_popen()
-        if popen is not None and isinstance(getattr(popen, "_fds", None), list):
+        if getattr(popen, "method", None) == "spawn" and isinstance(getattr(popen, "_fds", None), list):
             # this pickler's memo is not the process's: a shared-memory arena it holds besides this object (a shared
             # replay buffer's counters live in the same multiprocessing heap) is handed to the child twice, and
-            # Python 3.11's spawn refuses a file descriptor listed twice ("bad value(s) in fds_to_keep")
+            # Python 3.11's spawn refuses a file descriptor listed twice ("bad value(s) in fds_to_keep"). A
+            # forkserver's child finds each by its place in the list, so there the list stays as it is.
             popen._fds = _UniqueFds(popen._fds)
         return pickle.loads, (bytes(ForkingPickler.dumps(self.obj)),)
 

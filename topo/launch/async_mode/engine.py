@@ -37,7 +37,7 @@ from topo.runtime import episodes, heartbeat
 from topo.backends import BatchKeys, get_backend
 from topo.errors import UsageError
 from topo.runtime.rundir import RunDir
-from topo.launch import boundary, episode_versions, observe
+from topo.launch import boundary, episode_versions, forkserver, observe
 from topo.launch.async_mode import respawn, slots
 from topo.launch.policy import Placement
 
@@ -50,7 +50,7 @@ class AsyncEngine:
     weight_sync = None
     policy_setup = None  # topo.launch.policy.PolicySetup: the spec's policy, or the caller's factory over it
     respawner = None  # topo.launch.async_mode.respawn.Respawner, once built
-    forkserver = False  # this run started this process's forkserver (its env workers, its server)
+    owns_forkserver = False  # this run started this process's forkserver (its env workers, its server)
 
     def check(self, plan: dict[str, Any]) -> None:
         """Nothing to reach."""
@@ -77,7 +77,7 @@ class AsyncEngine:
 
         setup, run = self.policy_setup, RunDir.current()
         rows = [row for sub in plan["subcollectors"] for row in sub["workers"]]
-        self.forkserver = plan["start_methods"]["workers"] != "spawn"
+        self.owns_forkserver = plan["start_methods"]["workers"] != "spawn"
         layout = get_backend(plan["env"]["backend"]).layout(plan["env"]["kwargs"])
         request, response, instruction = slots.slot_layouts(layout, setup.factory, setup.kwargs,
                                                             plan["env"].get("transforms"))
@@ -114,8 +114,8 @@ class AsyncEngine:
         if self.respawner is not None:
             self.respawner.stop()
         collector.shutdown(timeout=timeout, raise_on_error=False)
-        if self.forkserver:
-            end_forkserver()
+        if self.owns_forkserver:
+            forkserver.end()
         return []
 
 
@@ -155,22 +155,9 @@ def worker_context(plan: dict[str, Any]):
     if plan["start_methods"]["workers"] == "spawn":
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    end_forkserver()
+    forkserver.end()
     ctx.set_forkserver_preload(list(plan["launch"].get("preload") or []) + ASYNC_PRELOAD)
     return ctx
-
-
-def end_forkserver() -> None:
-    """End this process's forkserver, if it runs (CPython's own ``_stop``: its pipe closed, the process reaped);
-    the next process started from it starts a new one. One the teardown ended and reaped already is forgotten."""
-    from multiprocessing import forkserver
-
-    server = forkserver._forkserver
-    with server._lock:
-        try:
-            server._stop_unlocked()
-        except OSError:  # reaped already (ChildProcessError), or its socket gone: forgotten all the same
-            server._forkserver_pid = server._forkserver_address = None
 
 
 def _chunk(plan: dict[str, Any], workers: int) -> int:

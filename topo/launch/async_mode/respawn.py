@@ -51,7 +51,7 @@ from torchrl.collectors import AsyncBatchedCollector
 from topo.runtime import heartbeat
 from topo.runtime.rundir import RunDir
 from topo.runtime.time_breakdown import Pace
-from topo.launch import boundary
+from topo.launch import boundary, forkserver
 from topo.launch.async_mode import slots
 from topo.launch.async_mode.channels import ERROR, RESULT, Channels, Flag, Sender
 from topo.launch.supervision import failure as failures, processes
@@ -119,7 +119,7 @@ class Context:
         window sets its worker life there)."""
         made = self.made[i]
         self.budget[i] = self.ctx.Semaphore(self.permits.each)
-        return self.ctx.Process(target=functools.partial(_in_environ, dict(os.environ), made["target"]),
+        return self.ctx.Process(target=functools.partial(forkserver.in_environ, dict(os.environ), made["target"]),
                                 kwargs={**kwargs, "result_capacity": self.budget[i]}, name=made["name"], daemon=True)
 
     def Event(self) -> Flag:
@@ -205,13 +205,6 @@ class Outbox:
         self._sender.send(self._life[me], obj)
         if self._exits:
             os._exit(1)  # the error is out
-
-
-def _in_environ(environ: dict[str, str], target: Callable, **kwargs: Any) -> None:
-    """In an env worker: ``target(**kwargs)`` in the environment its starter had."""
-    os.environ.clear()
-    os.environ.update(environ)
-    target(**kwargs)
 
 
 class _Worker:

@@ -51,7 +51,7 @@ from torchrl.collectors import MultiAsyncCollector, MultiSyncCollector
 from topo.runtime import quiet
 from topo.runtime.time_breakdown import Pace
 
-from topo.launch import boundary
+from topo.launch import boundary, forkserver
 from topo.launch.supervision import failure as failures
 from topo.launch.supervision.port import RestartPort
 
@@ -140,7 +140,10 @@ class Respawning:
         if scheme is not None:
             self._replaced += boundary.rewire(scheme, c, ctx)  # new queues: the old process may have died holding one
         with start.window:
-            proc = cls(target=made["target"], num_threads=made["num_threads"], _start_method=method, kwargs=kwargs)
+            target = made["target"]
+            if method == "forkserver":  # a forkserver's child has the server's environment, not this window's
+                target = functools.partial(forkserver.in_environ, dict(os.environ), target)
+            proc = cls(target=target, num_threads=made["num_threads"], _start_method=method, kwargs=kwargs)
             proc.start()
         child.close()
         if scheme is not None:

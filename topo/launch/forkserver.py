@@ -1,0 +1,92 @@
+"""The run's forkserver: one process that imports torch, torchrl and topo's subcollector once, and forks the run's
+processes from there.
+
+With ``start_method: {subcollectors: forkserver, workers: forkserver}`` (topo's default) a local run starts one
+(:func:`start`, in the trainer's launch window, so it holds the run's environment); every subcollector is forked
+from it, and each subcollector forks its env workers from it too (:func:`adopt`). A spawned subcollector imports
+torch and torchrl, then its own forkserver imports them again: two imports per subcollector, where the run's
+forkserver makes one per run. A process forked from it inherits the server's environment and process group, not
+its requester's: each subcollector's env workers take its environment and join its process group first thing
+(:func:`topo.launch.boundary.quiet_env_workers`), a restarted subcollector takes the trainer's
+(:mod:`topo.launch.local.respawn`). Ended with the run (:func:`end`). Imports neither torch nor torchrl.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+#: what a subcollector imports beyond the plan's preload (its collector loop, topo's side of it)
+SUBCOLLECTOR_PRELOAD = ["torchrl.collectors", "topo.launch.subcollector", "topo.launch.local.respawn"]
+
+
+def start(preload: Iterable[str]) -> str:
+    """In the trainer: this process's forkserver, started now with ``preload`` imported (one this process ran
+    already, another run's or the user's, is ended first: a forkserver's preload is fixed when it starts); its
+    address, for :func:`adopt`."""
+    from multiprocessing import forkserver
+
+    end()
+    multiprocessing.get_context("forkserver").set_forkserver_preload(list(preload))
+    forkserver.ensure_running()
+    return forkserver._forkserver._forkserver_address
+
+
+def adopt(address: str) -> None:
+    """In a process forked from the run's forkserver: the processes it starts with ``forkserver`` are forked from
+    that server too (at ``address``), rather than from a server of its own. It holds the server's liveness pipe and
+    the resource tracker already (CPython hands them to every process the server forks)."""
+    from multiprocessing import forkserver, resource_tracker
+
+    server = forkserver._forkserver
+    server._forkserver_address = address
+    server.ensure_running = resource_tracker.ensure_running  # never a server of its own
+
+
+def end() -> None:
+    """End this process's forkserver, if it runs (CPython's own ``_stop``: its pipe closed, the process reaped);
+    the next process started from it starts a new one. One the teardown ended and reaped already is forgotten."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    with server._lock:
+        try:
+            server._stop_unlocked()
+        except OSError:  # reaped already (ChildProcessError), or its socket gone: forgotten all the same
+            server._forkserver_pid = server._forkserver_address = None
+
+
+def shared(plan: dict[str, Any]) -> bool:
+    """Whether a local run of ``plan`` forks its subcollectors and env workers from one forkserver."""
+    return plan["start_methods"]["subcollectors"] == plan["start_methods"]["workers"] == "forkserver"
+
+
+def preload(plan: dict[str, Any]) -> list[str]:
+    """What the run's forkserver imports: the plan's ``launch.preload`` (nothing of it opens GL or CUDA:
+    :func:`topo.compiler.plan.preload_modules`) and a subcollector's modules."""
+    return list(plan["launch"].get("preload") or []) + SUBCOLLECTOR_PRELOAD
+
+
+@dataclass(frozen=True)
+class Requester:
+    """What a process forked from the run's forkserver takes from the process that asked for it: its environment
+    and, for an env worker, its process group (the subcollector's, which a restart or the teardown ends whole)."""
+
+    environ: dict[str, str]
+    group: int | None = None
+
+    def join(self) -> None:
+        os.environ.clear()
+        os.environ.update(self.environ)
+        if self.group is not None:
+            try:
+                os.setpgid(0, self.group)
+            except OSError:  # the group is gone: its subcollector died, and this worker's pipe with it
+                pass
+
+
+def in_environ(environ: dict[str, str], target: Callable, **kwargs: Any) -> None:
+    """A process's target, run in the environment its starter had (a forkserver's child has the server's)."""
+    Requester(environ).join()
+    target(**kwargs)
