@@ -8,7 +8,7 @@ copy of the spec's policy (torchrl's TinyVLA); ``run.collector`` is the torchrl 
 """
 import topo
 
-if __name__ == "__main__":  # spawned subcollectors import this file again: the loop stays here
+if __name__ == "__main__":  # subcollectors import this file again: the loop stays here
     plan = topo.load("examples/toy_2x3.yaml")
     with topo.collector(plan, policy=plan.make_policy()) as run:
         for i, batch in zip(range(3), run.collector):

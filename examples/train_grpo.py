@@ -112,5 +112,5 @@ def main() -> None:
               f"see it again: topo replay {args.report} {worst.id}")
 
 
-if __name__ == "__main__":  # spawned subcollectors import this file again: the loop stays here
+if __name__ == "__main__":  # subcollectors import this file again: the loop stays here
     main()

@@ -50,7 +50,7 @@ def test_libero_1x16_is_refused_with_the_arithmetic_and_what_fits():
     fp, pace = model.probed(LIBERO_PROBE, horizon=64)
     layout = Layout.of(libero_plan(1, 16))
     got = model.check(layout, fp, HOST_20)
-    # 16 workers, and 3 bare processes: the subcollector, its forkserver, the trainer
+    # 16 workers, and 3 bare processes: the subcollector, the run's forkserver, the trainer
     assert got["nodes"][HOST]["memory"].gb == pytest.approx(16 * 1.5 + 3 * 0.5)
     assert got["refusals"] == ["1 x 16 needs 16 workers x 1.50 GB + 3 processes x 0.50 GB = 25.5 GB; 20.0 GB "
                                "available on this host (MemAvailable), 18.0 GB usable (90%); this host fits 1 x 11"]
@@ -58,11 +58,15 @@ def test_libero_1x16_is_refused_with_the_arithmetic_and_what_fits():
     assert got["warnings"] == ["16 busy workers on 2 cores of this host (8.0 per core): steps slow down about 8.0x "
                                "against one worker alone; the CPU caps frames/s"]
     ready = model.ready(layout, pace, HOST_20)
-    # the bound (forkserver-preload): 2 importing processes x 6 s + 16 x (1 + 0.5) s = 36 CPU-s on 2 cores; chain
-    # 6 + 6 + 1.5; expected: the subcollector's and its forkserver's imports one after the other (12 s), then the
-    # workers' 24 CPU-s on 2 cores
+    # the bound (forkserver-preload): 1 importing process (the run's forkserver) x 6 s + 16 x (1 + 0.5) s = 30 CPU-s
+    # on 2 cores; chain 6 + 1.5; expected: the forkserver's imports (6 s), then the workers' 24 CPU-s on 2 cores
     assert (ready["s"], ready["bound_s"], ready["chain_s"], ready["work_s"], ready["mode"]) == (
-        24.0, 18.0, 13.5, 36.0, "forkserver-preload")
+        18.0, 15.0, 7.5, 30.0, "forkserver-preload")
+    spawning = libero(1, 16, tasks="0-1", init_states={"mode": "cycle"})
+    spawning["env"]["kwargs"]["max_episode_steps"] = 64
+    spawning["topology"]["start_method"] = {"subcollectors": "spawn"}
+    spawned = model.ready(Layout.of(compile_dict(spawning)), pace, HOST_20)
+    assert spawned["s"] == 24.0  # the subcollector's imports, then its own forkserver's (12 s), then the workers
 
 
 def test_eval_workers_count_beside_training_and_leave_less_for_it():
@@ -70,10 +74,10 @@ def test_eval_workers_count_beside_training_and_leave_less_for_it():
     plan = libero_plan(1, 4, eval={"tasks": "2-3", "init_states": "0-3", "workers": {"subcollectors": 2,
                                                                                   "workers_per_subcollector": 4}})
     got = model.check(Layout.of(plan), fp, HOST_20)
-    # 4 + 8 workers; processes: the subcollector and its forkserver, the trainer, the eval process, 2 eval
-    # subcollectors and their forkservers
-    assert got["refusals"] == ["1 x 4 with 8 eval worker(s) needs 12 workers x 1.50 GB + 8 processes x 0.50 GB = "
-                               "22.0 GB; 20.0 GB available on this host (MemAvailable), 18.0 GB usable (90%); this "
+    # 4 + 8 workers; processes: the subcollector and the run's forkserver, the trainer, the eval process, 2 eval
+    # subcollectors and the eval run's forkserver
+    assert got["refusals"] == ["1 x 4 with 8 eval worker(s) needs 12 workers x 1.50 GB + 7 processes x 0.50 GB = "
+                               "21.5 GB; 20.0 GB available on this host (MemAvailable), 18.0 GB usable (90%); this "
                                "host fits 1 x 1"]  # (18 - 4) // 1.5 = 9 workers, 8 of them eval's
     alone = model.check(Layout.of(libero_plan(1, 4)), fp, HOST_20)
     assert alone["refusals"] == [] and alone["nodes"][HOST]["memory"].gb == pytest.approx(4 * 1.5 + 3 * 0.5)
@@ -258,6 +262,6 @@ def test_an_eval_too_big_for_this_host_is_refused_before_anything_starts(tmp_pat
     data["eval"] = {"tasks": "2-9", "init_states": "0-1", "workers": {"subcollectors": 2, "workers_per_subcollector": 8}}
     refused = CliRunner().invoke(main, ["eval", write(tmp_path, data), "--report", str(tmp_path / "report")])
     assert refused.exit_code == 2, refused.output
-    # its eval rows are the run: 2 eval subcollectors, their forkservers and this process
-    assert "2 x 8 needs 16 workers x 2.00 GB + 5 processes x 0.40 GB = 34.0 GB" in refused.output
+    # its eval rows are the run: 2 eval subcollectors, the run's forkserver and this process
+    assert "2 x 8 needs 16 workers x 2.00 GB + 4 processes x 0.40 GB = 33.6 GB" in refused.output
     assert "20.0 GB available on this host" in refused.output and not (tmp_path / "report").exists()

@@ -8,13 +8,14 @@ worker, never shared), and on a cold cache one ``compile`` (the first worker of 
 the others wait for it). Per mode, with N workers in S subcollectors (at most M in one):
 
 - importing processes: S subcollectors, plus N workers (``legacy``, ``homogeneous``, ``workers``, ``capped``,
-  ``forkserver``: each worker imports), S servers (``forkserver-preload``) or none (``fork``);
+  ``forkserver``: each worker imports) or none (``fork``); ``forkserver-preload``: the run's one forkserver, which
+  every subcollector and worker is forked from;
 - parent envs: N (``legacy``), S (``homogeneous``), else 0, each one construction, M (or 1) of them one
   after another in a subcollector before its workers start;
 - work = importing processes x shared + N x (construct + reset) + parent envs x construct (+ compile), in
   CPU seconds (a software renderer may spread one worker's phase over several cores);
-- chain = shared (a subcollector) + its serial parent envs x construct + shared (the worker's own
-  imports, or its server's; none when forked) + construct + reset (+ compile);
+- chain = shared (a subcollector; the run's forkserver for ``forkserver-preload``) + its serial parent envs x
+  construct + shared (the worker's own imports; none when forked) + construct + reset (+ compile);
 - bound = max(chain, work / cores); ``capped`` also at least N x construct / cap (constructions hold a slot).
 """
 from __future__ import annotations
@@ -57,13 +58,14 @@ def lower_bound(mode: str, shape: Shape, costs: Costs, cores: int, *, cold: bool
                 cap: int | None = None) -> dict[str, Any]:
     """The lower bound of ``mode`` (see the module): ``s``, and the ``chain_s``, ``work_s`` it comes from."""
     n, s = shape.workers, shape.subcollectors
-    importers = s + {"fork": 0, "forkserver-preload": s}.get(mode, n)
+    importers = 1 if mode == "forkserver-preload" else s + (0 if mode == "fork" else n)
     parents = {"legacy": n, "homogeneous": s}.get(mode, 0)
     serial = {"legacy": shape.most_per_subcollector, "homogeneous": 1}.get(mode, 0)
     cpu = costs.cpu or costs
     work = (importers * cpu.shared + n * (cpu.construct + cpu.reset) + parents * cpu.construct
             + (cpu.compile if cold else 0.0))
-    chain = (costs.shared + serial * costs.construct + (0.0 if mode == "fork" else costs.shared) + costs.construct
+    forked = mode in ("fork", "forkserver-preload")
+    chain = (costs.shared + serial * costs.construct + (0.0 if forked else costs.shared) + costs.construct
              + costs.reset + (costs.compile if cold else 0.0))
     bound = max(chain, work / max(cores, 1))
     if mode == "capped" and cap:

@@ -12,11 +12,15 @@ Each mode is the same plan with a different ``launch.construction``, start metho
   ParallelEnv builds every env once more, serially, to read specs);
 - ``homogeneous``: one factory + per-worker kwargs, default metadata (one parent env per subcollector);
 - ``workers``: topo's launch, worker metadata, spawn;
-- ``forkserver`` / ``forkserver-preload``: the same with forkserver env workers, the latter with the
-  server preloading torch, torchrl.envs and the backend's builder module;
+- ``forkserver``: the same with forkserver env workers, a server of each subcollector's own;
+- ``forkserver-preload`` (topo's default): one forkserver for the run, preloading torch, torchrl.envs, the
+  backend's builder module and a subcollector's modules; every subcollector and env worker is forked from it
+  (:mod:`topo.launch.forkserver`);
 - ``fork``: env workers forked from their subcollector, which has torch and torchrl imported, has built
   no env and, with GL held off there (:mod:`topo.runtime.gl`), has loaded no GL library;
 - ``capped``: ``workers`` with ``max_concurrent_starts``.
+
+Subcollectors are spawned in every mode but ``forkserver-preload``, as torchrl's collectors start them.
 
 Every variant acts with random actions (a spec's ``policy`` is dropped: bench measures env startup, and a
 policy would cost every mode alike); :func:`with_model_cache` points a plan's model cache at the bench's own
@@ -51,7 +55,8 @@ def variant(plan: dict[str, Any], mode: str, cap: int | None = None) -> dict[str
     out = copy.deepcopy(plan)
     launch = out["launch"]
     launch.update(construction="workers", metadata_from_workers=True, preload=None, max_concurrent_starts=None)
-    out["start_methods"]["workers"] = "spawn"
+    out["start_methods"].update(subcollectors="forkserver" if mode == "forkserver-preload" else "spawn",
+                                workers="spawn")
     if mode in ("legacy", "recipe"):
         launch.update(construction="legacy", metadata_from_workers=False)
         if mode == "recipe" and plan["env"]["backend"] in RECIPE_BUILDERS:

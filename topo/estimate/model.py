@@ -3,7 +3,7 @@
 **Memory**, per node, resident sets summed (as ``topo bench`` sums a run's process tree):
 workers x one worker's peak (its VmHWM after the probe's steps) + processes x one bare process (torch and
 torchrl.envs imported, no env): each subcollector and, when workers start with forkserver, its forkserver
-(multi mode), the inference server (``policy.placement: server``, or async mode with a policy), the trainer
+(multi mode; one forkserver for the run where subcollectors start from it too, topo's default), the inference server (``policy.placement: server``, or async mode with a policy), the trainer
 (this host) + policy copies x the policy's parameter bytes (each subcollector's, the server's, the trainer's).
 A plan with an eval section adds its eval workers, eval subcollectors and eval process (they run beside training).
 Over :data:`USABLE` of the node's available memory (this host's MemAvailable; under Ray, a declared node's
@@ -162,6 +162,7 @@ class Layout:
     policy_device: str | None = None
     render_gpus: tuple[tuple[int, int], ...] = ()  # (render GPU, workers rendering there)
     eval_workers: tuple[tuple[str, int], ...] = ()  # (node, workers) per eval subcollector: beside the training's
+    shared_forkserver: bool = True  # the run's one forkserver forks every subcollector and worker (local, multi)
 
     @classmethod
     def of(cls, plan: Mapping[str, Any]) -> "Layout":
@@ -181,7 +182,8 @@ class Layout:
                    policy.get("device") if where else None,
                    tuple(sorted(Counter(w["render_gpu"] for s in subs for w in s["workers"]
                                         if w["render_gpu"] is not None).items())),
-                   eval_layout(plan))
+                   eval_layout(plan), not ray and not async_mode and
+                   plan["start_methods"]["subcollectors"] == plan["start_methods"]["workers"] == "forkserver")
 
     @property
     def shape(self) -> str:
@@ -224,8 +226,9 @@ def memory(layout: Layout, fp: Footprint, node: str) -> Memory:
     """What ``node`` holds of ``layout`` (see the module)."""
     subs = layout.on(node)
     processes = policies = 0
+    shared = layout.shared_forkserver
     if not layout.async_mode:
-        processes += len(subs) * (2 if layout.forkserver else 1)
+        processes += len(subs) * (2 if layout.forkserver and not shared else 1) + (1 if shared and subs else 0)
         policies += len(subs) if layout.policy == "subcollector" else 0
     elif node == HOST and layout.forkserver:  # async mode: one forkserver, the trainer's
         processes += 1
@@ -236,7 +239,7 @@ def memory(layout: Layout, fp: Footprint, node: str) -> Memory:
     evals = [n for where, n in layout.eval_workers if where == node]
     if layout.eval_workers and node == HOST:  # the eval process, and its copy
         processes, policies = processes + 1, policies + (1 if layout.policy else 0)
-    processes += len(evals) * (2 if layout.forkserver else 1)
+    processes += len(evals) * (2 if layout.forkserver and not shared else 1) + (1 if shared and evals else 0)
     policies += len(evals) if layout.policy == "subcollector" else 0
     return Memory(sum(layout.workers[c] for c in subs) + sum(evals), fp.worker_gb, processes, fp.process_gb, policies,
                   fp.policy_gb)
@@ -292,9 +295,10 @@ def _shape(layout: Layout, subs: list[int], node: str) -> str:
 def ready(layout: Layout, pace: Pace, budgets: Mapping[str, Budget]) -> dict[str, Any]:
     """Expected time to ready on the node where it is longest (``s``), with the bench's lower bound beside it
     (``bound_s``, its ``chain_s`` and ``work_s``). Where the workers import nothing themselves (a preloading
-    forkserver's forks, or ``fork``): first the imports no worker can start before (each subcollector's, then
-    its forkserver's; in async mode the trainer's one forkserver's), then every worker's construction and first reset spread over the cores; never under the
-    bound. Other modes: the bound."""
+    forkserver's forks, or ``fork``): first the imports no worker can start before (the run's one forkserver's;
+    with spawned subcollectors each one's, then its forkserver's; in async mode the trainer's one forkserver's), then
+    every worker's construction and first reset spread over the cores; never under the bound. Other modes: the
+    bound."""
     out: dict[str, Any] = {}
     parents = {"forkserver-preload": 2, "fork": 1}.get(layout.bench_mode)
     costs, cpu = pace.costs, pace.costs.cpu or pace.costs
@@ -305,8 +309,9 @@ def ready(layout: Layout, pace: Pace, budgets: Mapping[str, Budget]) -> dict[str
         cores = budgets[name].cores
         bound = lower_bound(layout.bench_mode, Shape(sum(counts), len(counts), max(counts)), costs, cores, cap=layout.cap)
         expected = bound["s"]
-        if parents:  # async mode: one forkserver, no subcollector
-            chain, groups = (1, 1) if layout.async_mode else (parents, len(counts))
+        if parents:  # async mode, or the run's forkserver: one import before any worker
+            one = layout.async_mode or (layout.shared_forkserver and parents == 2)
+            chain, groups = (1, 1) if one else (parents, len(counts))
             prefix = max(chain * costs.shared, groups * chain * cpu.shared / cores)
             expected = max(expected, prefix + max(costs.construct + costs.reset,
                                                   sum(counts) * (cpu.construct + cpu.reset) / cores))

@@ -12,11 +12,14 @@ its requester's: each subcollector's env workers take its environment and join i
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+GRACE_S = 2.0  # how long :func:`end` waits for the server to exit before it kills it
 #: what a subcollector imports beyond the plan's preload (its collector loop, topo's side of it)
 SUBCOLLECTOR_PRELOAD = ["torchrl.collectors", "topo.launch.subcollector", "topo.launch.local.respawn"]
 
@@ -44,17 +47,28 @@ def adopt(address: str) -> None:
     server.ensure_running = resource_tracker.ensure_running  # never a server of its own
 
 
-def end() -> None:
-    """End this process's forkserver, if it runs (CPython's own ``_stop``: its pipe closed, the process reaped);
-    the next process started from it starts a new one. One the teardown ended and reaped already is forgotten."""
-    from multiprocessing import forkserver
+def end(grace: float = GRACE_S) -> None:
+    """Stop this process's forkserver, if it runs: its pipe closed, it exits once the processes it forked are gone
+    (each holds the pipe too), reaped here within ``grace`` seconds; one still serving a process that outlived the
+    run is left to the teardown, which ends it and counts that process. Either way it is forgotten: the next
+    process started from here starts a new one."""
+    from multiprocessing import forkserver, util
 
     server = forkserver._forkserver
     with server._lock:
-        try:
-            server._stop_unlocked()
-        except OSError:  # reaped already (ChildProcessError), or its socket gone: forgotten all the same
-            server._forkserver_pid = server._forkserver_address = None
+        pid, address = server._forkserver_pid, server._forkserver_address
+        if pid is None:
+            return
+        server._forkserver_pid = server._forkserver_address = None
+        os.close(server._forkserver_alive_fd)
+        server._forkserver_alive_fd = None
+        if address and not util.is_abstract_socket_namespace(address):
+            with contextlib.suppress(OSError):
+                os.unlink(address)
+        deadline = time.monotonic() + grace
+        with contextlib.suppress(ChildProcessError):  # reaped already (the teardown ended it)
+            while os.waitpid(pid, os.WNOHANG) == (0, 0) and time.monotonic() < deadline:
+                time.sleep(0.02)
 
 
 def shared(plan: dict[str, Any]) -> bool:

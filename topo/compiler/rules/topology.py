@@ -49,7 +49,7 @@ def start_methods(spec: Spec, ctx: Context) -> list[Diagnostic]:
         out.append(warning("fork-with-rendering", f"env workers of {spec.backend!r} render with GL/EGL; forked, each "
                            "starts as a copy of its subcollector: topo keeps GL out of it, but not the threads, pipes "
                            "or CUDA state that other code there may hold", ("topology", "start_method", "workers"),
-                           "forkserver (the default) starts every worker clean, for one more import per subcollector; "
+                           "forkserver (the default) starts every worker clean from the run's one forkserver; "
                            "measure both on your node: topo bench SPEC --modes forkserver-preload,fork"))
     if spec.wrote("topology", "start_method", "preload") and spec.preload and spec.start_workers != "forkserver":
         out.append(warning("preload-unused", f"preload only applies to forkserver env workers, not {spec.start_workers!r}",

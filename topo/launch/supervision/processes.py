@@ -194,8 +194,13 @@ def is_resource_tracker(proc: psutil.Process) -> bool:
 
 
 def is_forkserver(proc: psutil.Process) -> bool:
-    """multiprocessing's fork server: lives as long as the process that started it, or one it forked."""
-    return _runs(proc, FORKSERVER)
+    """multiprocessing's fork server: lives as long as the process that started it, or one it forked. A process it
+    forked (the run's subcollectors and env workers) has the same command line, and a server for a parent while
+    that server lives (:func:`topo.launch.forkserver.end` leaves a server with children to the teardown)."""
+    try:
+        return _runs(proc, FORKSERVER) and not _runs(psutil.Process(proc.ppid()), FORKSERVER)
+    except psutil.Error:
+        return False
 
 
 def _runs(proc: psutil.Process, module: str) -> bool:
