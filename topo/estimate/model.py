@@ -3,8 +3,9 @@
 **Memory**, per node, resident sets summed (as ``topo bench`` sums a run's process tree):
 workers x one worker's peak (its VmHWM after the probe's steps) + processes x one bare process (torch and
 torchrl.envs imported, no env): each subcollector and, when workers start with forkserver, its forkserver
-(multi mode; one forkserver for the run where subcollectors start from it too, topo's default), the inference server (``policy.placement: server``, or async mode with a policy), the trainer
-(this host) + policy copies x the policy's parameter bytes (each subcollector's, the server's, the trainer's).
+(multi mode; one forkserver for the run where subcollectors start from it too, topo's default), the inference
+server (``policy.placement: server``, or async mode with a policy), the trainer (this host) + policy copies x the
+policy's parameter bytes (each subcollector's, the server's, the trainer's).
 A plan with an eval section adds its eval workers, eval subcollectors and eval process (they run beside training).
 Over :data:`USABLE` of the node's available memory (this host's MemAvailable; under Ray, a declared node's
 ``memory_gb``), the plan is refused; what fits keeps the subcollectors and lowers the workers per subcollector.

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-GRACE_S = 2.0  # how long :func:`end` waits for the server to exit before it kills it
+GRACE_S = 2.0  # how long :func:`end` waits for the server to exit before it leaves it to the teardown
 #: what a subcollector imports beyond the plan's preload (its collector loop, topo's side of it)
 SUBCOLLECTOR_PRELOAD = ["torchrl.collectors", "topo.launch.subcollector", "topo.launch.local.respawn"]
 
