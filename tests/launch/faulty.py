@@ -58,6 +58,17 @@ def dying_step(*, fault_seed, after_steps, seed, **kwargs):
                         lambda: os.kill(os.getpid(), signal.SIGKILL))
 
 
+def probed_dying_step(*, probe_dir, seed, **kwargs):
+    """``dying_step``, each worker first writing where it runs to ``probe_dir/<pid>.json``: its parent, process group
+    and ``TOPO_RESTART`` as its env factory sees them."""
+    import json
+
+    with open(os.path.join(probe_dir, f"{os.getpid()}.json"), "w") as f:
+        json.dump({"pid": os.getpid(), "ppid": os.getppid(), "pgid": os.getpgid(0), "seed": seed,
+                   "restart": os.environ.get("TOPO_RESTART")}, f)
+    return dying_step(seed=seed, **kwargs)
+
+
 def stopping_step(*, after_steps, seed, **kwargs):
     """``toy``, whose env step never returns after ``after_steps`` steps, in every worker: the run stalls."""
     return _after_steps(toy(seed=seed, **kwargs), after_steps, lambda: time.sleep(3600))

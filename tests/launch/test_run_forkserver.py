@@ -1,0 +1,41 @@
+"""The run's forkserver (topo/launch/forkserver.py), real processes: every subcollector and env worker of a local
+run forks from one server; each worker takes its subcollector's process group and environment, a restarted one
+too; the run leaves nothing."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.launch.launch_helpers import launch, subprocess_env, summary, user_spec, write
+from tests.launch.test_restarts import assert_nothing_left
+
+pytestmark = pytest.mark.slow
+
+
+def test_every_process_forks_from_the_runs_one_forkserver_each_worker_in_its_subcollectors_group(tmp_path):
+    """toy 2 x 2; worker 1 of subcollector 1 SIGKILLs itself in its 21st step and its subcollector restarts. Each
+    worker's env factory writes its parent, process group and ``TOPO_RESTART``: one parent for all six (the
+    server), the group of the subcollector that asked for it, ``1`` in the restart's two."""
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    spec = user_spec("faulty:probed_dying_step", 2, 2, fault_seed=3, after_steps=20, probe_dir=str(probes))
+    spec["launch"]["restarts"] = {"max": 1}
+    report = tmp_path / "report"
+    result = launch(write(tmp_path / "spec.yaml", spec), "--batches", 40, "--report", report, env=subprocess_env())
+    t_end = time.time()
+    assert result.returncode == 0, result.stderr
+    s = summary(report)
+    (restart,) = s["restarts"]
+    assert s["topology"]["start_methods"] == {"subcollectors": "forkserver", "workers": "forkserver"}
+    assert s["processes"]["subcollector_start_methods"] == ["forkserver", "forkserver"]
+    seen = [json.loads(p.read_text()) for p in probes.glob("*.json")]
+    assert len(seen) == 6 and len({p["ppid"] for p in seen}) == 1  # one server forked them all
+    first = {p["pid"]: p for p in seen if p["restart"] is None}
+    again = {p["pid"]: p for p in seen if p["restart"] is not None}
+    subs = s["processes"]["subcollector_pids"]
+    assert sorted(p["pgid"] for p in first.values()) == sorted([subs[0]] * 2 + [restart["replaced"]["subcollector"]] * 2)
+    assert sorted(again) == sorted(restart["started"]["workers"])
+    assert {(p["restart"], p["pgid"]) for p in again.values()} == {("1", restart["started"]["subcollector"])}
+    assert_nothing_left(s, t_end)
