@@ -5,6 +5,7 @@ Each is a ``module:callable`` backend: called with the shared kwargs plus the wo
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -61,8 +62,6 @@ def dying_step(*, fault_seed, after_steps, seed, **kwargs):
 def probed_dying_step(*, probe_dir, seed, **kwargs):
     """``dying_step``, each worker first writing where it runs to ``probe_dir/<pid>.json``: its parent, process group
     and ``TOPO_RESTART`` as its env factory sees them."""
-    import json
-
     with open(os.path.join(probe_dir, f"{os.getpid()}.json"), "w") as f:
         json.dump({"pid": os.getpid(), "ppid": os.getppid(), "pgid": os.getpgid(0), "seed": seed,
                    "restart": os.environ.get("TOPO_RESTART")}, f)
