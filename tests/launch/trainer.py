@@ -3,7 +3,8 @@
 It trains topo's TinyVLA policy with a policy-gradient step per batch and pushes its weights each
 iteration, checking every batch against the weights it pushed: each row's ``policy_version`` and, with
 deterministic actions, the action the trainer's own copy computes for the same observation.
-``--then`` makes it misbehave the way a test needs.
+``--then`` makes it misbehave the way a test needs; ``--evaluate`` (a spec with an eval section) then asks for one
+blocking evaluation round and two background ones at once (the second meets ``busy_policy``) and waits for them.
 """
 from __future__ import annotations
 
@@ -73,6 +74,8 @@ def main() -> None:
     parser.add_argument("--max-frames-per-traj", type=int, default=None, help="the collector's episode length bound")
     parser.add_argument("--torchrl-without-restarts", action="store_true",
                         help="run as on a torchrl that lacks the names restarts need (topo.launch.boundary)")
+    parser.add_argument("--evaluate", action="store_true",
+                        help="after the loop: a blocking evaluation round, then two background ones; waits for them")
     parser.add_argument("--victim", type=int, default=0, help="the subcollector kill-subcollector-then-update kills")
     parser.add_argument("--then", default="ok",
                         choices=["ok", "raise", "kill-worker", "kill-subcollector-then-update", "skip-first-update",
@@ -157,6 +160,11 @@ def main() -> None:
                 emit(event="update", version=version, seconds=time.monotonic() - started)
                 if i + 1 >= args.iterations:
                     break
+            if args.evaluate:  # as tests/launch/eval_trainer.py, without collecting while the background round runs
+                emit(event="evaluated", result=run.evaluate(step=100))
+                accepted = [run.evaluate(wait=False, step=200), run.evaluate(wait=False, step=201)]
+                run.eval.wait()
+                emit(event="async", accepted=accepted, rounds=len(run.evaluations))
             if args.record_actions:
                 emit(event="episodes", ids=[str(e.id) for e in run.episodes()])
     except LaunchError as err:
@@ -164,7 +172,9 @@ def main() -> None:
              row=err.row, exit_code=err.exit_code, formatted=err.format())
     except TrainingStepFailed as err:  # the loop's own, on purpose; any other exception fails the script
         emit(event="loop-error", message=str(err))
-    emit(event="after", state=process_state(), report=run.report.data if run.report else None, restarts=run.restarts)
+    emit(event="after", state=process_state(), report=run.report.data if run.report else None, restarts=run.restarts,
+         evaluations=[{k: r[k] for k in ("round", "step", "policy_version", "acting_version", "episodes", "planned")}
+                      for r in run.evaluations])
     print(run.report, file=sys.stderr)
 
 

@@ -2,8 +2,8 @@
 
 One cluster for the module (a head holding ``node_a`` and a second node holding ``node_b``, each ``ray start``
 in its own process group) and one training run shared by the tests (``tests/launch/trainer.py``: TinyVLA,
-a gradient step and a weight push per batch): sub0 is planned on node_a, sub1 on node_b, records per node.
-A second run is SIGKILLed after its first weight update.
+a gradient step and a weight push per batch, and evaluation rounds on held-out tasks): sub0 is planned on node_a,
+sub1 on node_b, records per node. A second run is SIGKILLed after its first weight update.
 """
 from __future__ import annotations
 
@@ -90,9 +90,12 @@ def look(report: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def training(cluster, tmp_path_factory):
-    """The shared run: its events, its summary, and the node run directories as they stood once it was ready."""
+    """The shared run: its events, its summary, and the node run directories as they stood once it was ready. It
+    evaluates too (its spec's eval section, ``--evaluate``): a round at update 2, then a blocking and two background
+    ones after the loop."""
     tmp = tmp_path_factory.mktemp("ray-training")
-    proc = start_trainer(tmp, cluster.address, "train", "--record-actions", "--hold", str(tmp / "looked"))
+    proc = start_trainer(tmp, cluster.address, "train", "--record-actions", "--hold", str(tmp / "looked"), "--evaluate",
+                         spec_data=evaluated_spec(cluster.address))
     events, seen, top = [], {}, None
     try:
         for event in events_of(proc.stdout):
@@ -116,7 +119,15 @@ def training(cluster, tmp_path_factory):
     assert proc.returncode == 0, stderr
     (after,) = [e for e in events if e["event"] == "after"]
     return {"events": events, "summary": after["report"], "node_dirs": seen, "stderr": stderr, "ended": time.time(),
-            "top": top}
+            "top": top, "evaluations": after["evaluations"]}
+
+
+def evaluated_spec(address: str) -> dict:
+    """The two-node spec with an eval section: eval.every 2, two held-out tasks, 2 eval workers."""
+    data = two_node_spec(address)
+    data["policy"] = {"factory": "topo.policies.tinyvla:make", "kwargs": {"action_dim": 4, "image_size": 16, "state_dim": 8}}
+    data["eval"] = {"tasks": [2, 3], "trials": 1, "workers": 2, "max_episode_steps": 6, "every": 2}
+    return data
 
 
 def test_every_batch_acts_with_the_weights_pushed_last(training):
@@ -190,7 +201,7 @@ def test_episodes_of_both_nodes_resolve_and_one_of_node_b_replays(training):
     assert {episodes.get(v).row["subcollector"] for v in seen} == {0, 1}
     for value, versions in seen.items():
         assert set(episodes.get(value).summary()["policy_versions"]) == versions
-    on_b = next(e for e in episodes if e.row["subcollector"] == 1 and e.chunks)
+    on_b = next(e for e in episodes if not e.id.eval and e.row["subcollector"] == 1 and e.chunks)
     done = subprocess.run([sys.executable, "-m", "topo", "replay", s["run_dir"], str(on_b.id), "--format", "json"],
                           capture_output=True, text=True, env={**ENV, "PYTHONPATH": str(ROOT)}, timeout=HANG_GUARD_S)
     out = json.loads(done.stdout)
@@ -376,27 +387,18 @@ def test_a_killed_server_actor_ends_the_run_named_and_leaves_nothing(cluster, tm
     assert s["processes"]["alive_after"] == [] and of_run(s["run_dir"]) == []
 
 
-def test_evaluation_runs_its_held_out_episodes_on_the_cluster_too(cluster, tmp_path):
-    """A spec with an eval section under engine ray: the eval process's collector is a Ray job of its own, one actor
+def test_evaluation_runs_its_held_out_episodes_on_the_cluster_too(training):
+    """The shared run's eval section under engine ray: the eval process's collector is a Ray job of its own, one actor
     per eval subcollector asking for placement.resources (the overrides' pins are the training actors'), each round
     written on the actors' nodes; every planned eval episode ends once per round with that round's weights, and no
     process of either run is left."""
-    data = two_node_spec(cluster.address)
-    data["policy"] = {"factory": "topo.policies.tinyvla:make", "kwargs": {"action_dim": 4, "image_size": 16, "state_dim": 8}}
-    data["eval"] = {"tasks": [2, 3], "trials": 1, "workers": 2, "max_episode_steps": 6, "every": 2}
-    spec = tmp_path / "eval.yaml"
-    spec.write_text(yaml.safe_dump(data, sort_keys=False))
-    done = subprocess.run([sys.executable, str(TRAINER.with_name("eval_trainer.py")), str(spec), "--report",
-                           str(tmp_path / "report"), "--iterations", "2"], capture_output=True, text=True,
-                          env={**ENV, "PYTHONPATH": str(ROOT)}, timeout=HANG_GUARD_S)
-    assert done.returncode == 0, done.stderr[-3000:]
-    events = list(events_of(done.stdout.splitlines()))
-    (report,) = [e for e in events if e["event"] == "report"]
-    # eval.every 2, then a blocking round, then two background ones (the second skipped: busy); each acted with the
-    # weights of its own round (the eval run's versions count its rounds)
+    # eval.every 2 (a round at update 2), then after the 3 updates a blocking round, then two background ones (the
+    # second skipped: busy); each acted with the weights of its own round (the eval run's versions count its rounds)
     assert [(r["round"], r["policy_version"], r["acting_version"], r["episodes"], r["planned"])
-            for r in report["evaluations"]] == [(1, 2, 1, 2, 2), (2, 2, 2, 2, 2), (3, 2, 3, 2, 2)]
-    s = report["summary"]
+            for r in training["evaluations"]] == [(1, 2, 1, 2, 2), (2, 3, 2, 2, 2), (3, 3, 3, 2, 2)]
+    (asked,) = [e for e in training["events"] if e["event"] == "async"]
+    assert asked["accepted"] == [True, False] and asked["rounds"] == 3
+    s = training["summary"]
     collector = s["evaluation"]["collector"]
     assert collector["ok"] and collector["topology"]["engine"] == "ray", collector
     assert collector["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 2}
