@@ -85,7 +85,7 @@ LONGEST_FIRST = ("tests/launch/test_restarts.py", "tests/ray/test_ray_training.p
                  "tests/launch/test_transforms_launch.py", "tests/libero/test_two_suites_libero.py",
                  "tests/libero/test_chunked_libero.py", "tests/launch/test_certificate.py",
                  "tests/launch/test_launch.py", "tests/launch/test_plugin_backend.py", "tests/docs/test_blocks.py",
-                 "tests/ray/test_ray_launch.py", "tests/ray/test_ray_async.py", "tests/libero/test_libero_doctor.py",
+                 "tests/ray/test_ray_auth.py", "tests/ray/test_ray_async.py", "tests/libero/test_libero_doctor.py",
                  "tests/launch/test_stall.py", "tests/ray/test_ray_doctor.py", "tests/launch/test_chaos_soak.py",
                  "tests/libero/test_libero_build.py", "tests/libero/test_train_libero.py",
                  "tests/launch/test_recipe_dropin.py", "tests/libero/test_launch_libero.py",

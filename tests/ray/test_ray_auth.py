@@ -1,16 +1,20 @@
-"""Who may join: a local head with Ray's token authentication on (``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN``, as
-the runbook starts it). ``topo doctor`` with the token says it refuses a client without one (no warning); without
-the token, doctor and launch stop at once naming the variables; a launch with it runs (toy 1 x 2)."""
+"""One local head for the module, Ray's token authentication on (``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN``, as
+the runbook starts it). Who may join: ``topo doctor`` with the token says it refuses a client without one (no
+warning); without the token, doctor and launch stop at once naming the variables. Then ``topo launch`` on it with the
+token (2 actors x 2 toy workers, sync and async): no env on the driver, the planned instructions and seeds, every env
+closed before the actors die, no process left once the head stops (the module's last test stops it)."""
 from __future__ import annotations
 
+import json
 import secrets
 import time
 
 import pytest
 
+import topo
 from tests.ray.ray_head_helpers import ENV, RayHead
 from tests.ray.test_ray_doctor import doctor
-from tests.ray.test_ray_launch import launch, needs_ray, toy_ray_spec
+from tests.ray.test_ray_launch import alive, assert_clean_remote_launch, launch, needs_ray, toy_ray_spec
 
 pytestmark = [pytest.mark.slow, needs_ray]
 REFUSED = "refuses a client without its token, and this process sends none: set RAY_AUTH_MODE=token"
@@ -50,8 +54,30 @@ def test_without_the_token_doctor_and_launch_stop_at_once_naming_it(head, tmp_pa
     assert not (tmp_path / "refused").exists()  # refused before anything started
 
 
-def test_a_launch_with_the_token_runs_on_the_cluster(head, tmp_path):
-    result, _ = launch(tmp_path, "auth", small(head.address), "--batches", "2", env=head.env)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "run ok: 1 subcollector(s), 2 env workers, 2/2 batch(es)" in result.stdout
-    assert "left behind 0, alive after 0" in result.stdout
+def test_sync_and_async_launches_with_the_token_run_on_the_head_and_leave_nothing(head, tmp_path):
+    """Two launches on the module's head with the token (sync and async; spawned workers, children of the actors),
+    each with its actors and their env workers started and torn down, then the head stopped: nothing of them is left.
+    The module's last test (it stops the head); two launches, one after the other, make its length."""
+    runs = {sync: launch(tmp_path, "sync" if sync else "async", toy_ray_spec(head.address, sync), "--batches",
+                         "2" if sync else "8", env=head.env)  # 2 actors x 1 CPU; 4 env workers Ray does not count
+            for sync in (True, False)}
+    head.stop()
+    stopped = time.time()
+    for sync, (result, spec) in runs.items():
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert "left behind 0, alive after 0" in result.stdout
+        s = json.loads((tmp_path / ("sync" if sync else "async") / "summary.json").read_text())
+        plan = topo.compile_spec(str(spec))
+        assert_clean_remote_launch(s, plan, tmp_path / s["run_dir"])
+        if sync:  # one stacked batch: every actor's workers
+            assert "run ok: 2 subcollector(s), 4 env workers, 2/2 batch(es)" in result.stdout
+            for sub, seen in zip(plan["subcollectors"], s["first_batch"]):
+                assert seen["status"] == "ok", seen
+                assert seen["instructions"] == sorted({r["instruction"] for r in sub["workers"]})
+                assert seen["groups"] == sorted({r["group"] for r in sub["workers"]})
+        else:  # one actor's batch at a time, first ready first served
+            assert {seen["status"] for seen in s["first_batch"]} <= {"ok", "not observed"}
+            assert "ok" in {seen["status"] for seen in s["first_batch"]}
+        p = s["processes"]
+        pids = set(p["started"]) | set(p["worker_pids"]) | set(p["subcollector_pids"])
+        assert alive(pids, stopped) == []

@@ -1,6 +1,6 @@
-"""``topo launch`` with ``placement.engine: ray``: on paper (address, runtime_env, remote pids) and on a real
-local Ray head (2 actors x 2 toy workers): no env on the driver, the planned instructions and seeds, every
-env closed before the actors die, no process left once the cluster stops."""
+"""``topo launch`` with ``placement.engine: ray`` on paper (address, runtime_env, remote pids) and at an address where
+no cluster listens. Its launches on a real local Ray head (2 actors x 2 toy workers) share the head of
+tests/ray/test_ray_auth.py, token auth on: :func:`assert_clean_remote_launch` is what each must show."""
 from __future__ import annotations
 
 import importlib.util
@@ -22,7 +22,7 @@ from topo.launch.ray import engine as ray_collector
 from topo.launch.supervision.state import RunState
 from topo.runtime.rundir import HOST, RUN_DIR_VAR, SLOTS_VAR, RunDir
 
-from tests.ray.ray_head_helpers import ENV, RAY, RayHead, free_port
+from tests.ray.ray_head_helpers import ENV, RAY, free_port
 
 HANG_GUARD_S = 300
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None or not RAY.exists(),
@@ -111,37 +111,6 @@ def test_pids_from_another_node_are_never_watched_here(tmp_path):
     assert [state.subcollectors[c].pid for c in (0, 1)] == [here, dead.pid] and state.workers[0, 0].pid == here + 1
     assert [pid for pid, _ in state.pids_to_watch()] == [dead.pid]  # the only one watched for its death here
     assert state.known_pids() == {dead.pid}  # nor counted, nor ended, by pid
-
-
-@pytest.mark.slow
-@needs_ray
-def test_launch_on_a_local_ray_head(tmp_path):
-    """A Ray head started for this test, then two launches on it (sync and async), each with its actors and their env
-    workers started and torn down: Ray's own start and two launches make its length."""
-    head = RayHead(cpus=2)  # 2 actors x 1 CPU; their 4 env workers are processes Ray does not count
-    try:
-        runs = {sync: launch(tmp_path, "sync" if sync else "async", toy_ray_spec(head.address, sync), "--batches",
-                             "2" if sync else "8")
-                for sync in (True, False)}
-    finally:
-        head.stop()
-    stopped = time.time()
-    for sync, (result, spec) in runs.items():
-        assert result.returncode == 0, result.stderr
-        s = json.loads((tmp_path / ("sync" if sync else "async") / "summary.json").read_text())
-        plan = topo.compile_spec(str(spec))
-        assert_clean_remote_launch(s, plan, tmp_path / s["run_dir"])
-        if sync:  # one stacked batch: every actor's workers
-            for sub, seen in zip(plan["subcollectors"], s["first_batch"]):
-                assert seen["status"] == "ok", seen
-                assert seen["instructions"] == sorted({r["instruction"] for r in sub["workers"]})
-                assert seen["groups"] == sorted({r["group"] for r in sub["workers"]})
-        else:  # one actor's batch at a time, first ready first served
-            assert {seen["status"] for seen in s["first_batch"]} <= {"ok", "not observed"}
-            assert "ok" in {seen["status"] for seen in s["first_batch"]}
-        p = s["processes"]
-        pids = set(p["started"]) | set(p["worker_pids"]) | set(p["subcollector_pids"])
-        assert alive(pids, stopped) == []
 
 
 def assert_clean_remote_launch(s: dict, plan: dict, run_dir: Path) -> None:
