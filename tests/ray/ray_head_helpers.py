@@ -22,6 +22,7 @@ import psutil
 RAY = Path(sys.executable).with_name("ray")
 # token auth stays off for this private cluster and its drivers, whatever ~/.ray/auth_token holds
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "MUJOCO_GL": "egl"}  # a cluster set up to render
+STARTED = "Ray runtime started."  # what ``ray start`` prints once its node runs (before it blocks)
 PORT_FLAGS = ("port", "ray-client-server-port", "dashboard-port", "dashboard-agent-listen-port",
               "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port")
 
@@ -55,14 +56,17 @@ class RayHead:
         self.wait_for(f"/{cpus}.0 CPU", timeout)  # the node has registered its CPUs
 
     def wait_for(self, text: str, timeout: float) -> None:
-        """Until ``ray status`` shows ``text``; stops this node and raises if it never does."""
+        """Until ``ray status`` shows ``text``; stops this node and raises if it never does. ``ray status`` is a
+        process importing Ray (about a second of CPU): asked only once this node's ``ray start`` says it started
+        (its log, read meanwhile, costs nothing), not every half second of the start."""
         deadline = time.monotonic() + timeout
-        while text not in status(self.address, self.env):
+        while not (started := STARTED in self.log.read_text(errors="replace")) \
+                or text not in status(self.address, self.env):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 tail = self.log.read_text()[-2000:]
                 self.stop()
                 raise RuntimeError(f"ray node did not start: {tail}")
-            time.sleep(0.5)
+            time.sleep(0.5 if started else 0.1)
 
     def stop(self, grace: float = 30.0) -> None:
         """SIGTERM the head (it stops its node's processes), then SIGKILL what is left of its process group."""
