@@ -86,7 +86,7 @@ LONGEST_FIRST = ("tests/launch/test_restarts.py", "tests/ray/test_ray_training.p
                  "tests/libero/test_chunked_libero.py", "tests/launch/test_certificate.py",
                  "tests/launch/test_launch.py", "tests/launch/test_plugin_backend.py", "tests/docs/test_blocks.py",
                  "tests/ray/test_ray_auth.py", "tests/ray/test_ray_async.py", "tests/libero/test_libero_doctor.py",
-                 "tests/launch/test_stall.py", "tests/ray/test_ray_doctor.py", "tests/launch/test_chaos_soak.py",
+                 "tests/launch/test_stall.py", "tests/launch/test_chaos_soak.py",
                  "tests/libero/test_libero_build.py", "tests/libero/test_train_libero.py",
                  "tests/launch/test_recipe_dropin.py", "tests/libero/test_launch_libero.py",
                  "tests/launch/test_gl.py")
@@ -96,8 +96,9 @@ LONGEST_FIRST = ("tests/launch/test_restarts.py", "tests/ray/test_ray_training.p
 #: longest at their figures in a whole-suite run (2026-12-05, issue 47), any other file :data:`BUDGET_S`; a file past
 #: its budget, and a test past :data:`LONG_TEST_S` without a docstring (to say why), are printed at the end.
 #: test_ray_training's 400 s scaled by what its forkserver workers saved it side by side with the spawned ones
-#: (667.3 s -> 598.0 s, 2026-12-06; 506.8 s -> 353.4 s one after the other, the load differing)
-BUDGETS_S = {"tests/ray/test_ray_training.py": 360, "tests/launch/test_restarts.py": 400,
+#: (667.3 s -> 598.0 s, 2026-12-06; 506.8 s -> 353.4 s one after the other, the load differing), plus what
+#: test_ray_doctor.py's cluster tests took beside it (69 s, 2026-12-07) less the cluster start they no longer make
+BUDGETS_S = {"tests/ray/test_ray_training.py": 410, "tests/launch/test_restarts.py": 400,
              "tests/launch/test_evaluation.py": 215, "tests/libero/test_libero_options.py": 190,
              "tests/bench/test_bench.py": 175,
              "tests/launch/test_fault_fuzz.py": 180}  # issue 46's fuzz: a start, a minute of faults, the recoveries

@@ -13,7 +13,7 @@ import pytest
 
 import topo
 from tests.ray.ray_head_helpers import ENV, RayHead
-from tests.ray.test_ray_doctor import doctor
+from tests.ray.test_ray_training import doctor
 from tests.ray.test_ray_launch import alive, assert_clean_remote_launch, launch, needs_ray, toy_ray_spec
 
 pytestmark = [pytest.mark.slow, needs_ray]
