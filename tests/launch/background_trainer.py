@@ -3,7 +3,8 @@
 The collector fills a shared replay buffer in the background (``run.collector.start()``); each iteration waits
 until the buffer holds ``--rows`` more rows, then updates inside ``with run.collector.pause():``, pushing the
 policy's weights. One JSON line per event on stdout. ``--then kill-worker`` SIGKILLs env worker 1 of
-subcollector 1 after iteration ``--at``; ``--then stop-worker`` SIGSTOPs it (a hang). ``--placement server``: the
+subcollector 1 after iteration ``--at``; ``--then stop-worker`` SIGSTOPs it (a hang); repeated, each next one is done
+to the worker of the subcollector's latest start once every restart so far collects. ``--placement server``: the
 policy on topo's inference server (the recipe's way), synced in each pause.
 """
 from __future__ import annotations
@@ -27,12 +28,13 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--restarts", type=int, default=0)
     parser.add_argument("--hang-timeout", type=float, default=None)
-    parser.add_argument("--then", choices=["kill-worker", "stop-worker"], default=None)
+    parser.add_argument("--then", choices=["kill-worker", "stop-worker"], action="append", default=[],
+                        help="repeat for more, in order: each next once every restart so far collects")
     parser.add_argument("--at", type=int, default=1)
     parser.add_argument("--placement", choices=["subcollector", "server"], default="subcollector")
     parser.add_argument("--until-collecting", action="store_true",
-                        help="past --iterations, go on until a restart was made and every one collects (at most "
-                             "WAIT_S)")
+                        help="past --iterations, go on until every --then was done and each restart it caused "
+                             "collects (at most WAIT_S)")
     args = parser.parse_args()
 
     import torch
@@ -58,9 +60,11 @@ def main() -> None:
             emit(event="ready", run_dir=run.run_dir)
             run.collector.start()
             rollout = run.collector.frames_per_batch_worker(worker_idx=0)  # frames of one subcollector's rollout
-            i, deadline = 0, time.monotonic() + WAIT_S
+            i, deadline, todo, done = 0, time.monotonic() + WAIT_S, list(args.then), 0
+            settled = lambda: len(run.restarts) >= done and all(  # noqa: E731
+                r["outcome"] == "collecting" for r in run.restarts)  # every restart the faults so far caused
             while i < args.iterations or (args.until_collecting and time.monotonic() < deadline and (
-                    not run.restarts or any(r["outcome"] != "collecting" for r in run.restarts))):
+                    todo or not settled())):
                 began = rows_arrived(buffer, args.rows, i, WAIT_S)
                 if began is None:
                     return
@@ -75,10 +79,12 @@ def main() -> None:
                      rows=len(buffer), versions=sorted({int(v) for v in rows["policy_version"].flatten().tolist()}),
                      instructions=sorted(set(text)), strings="language_instruction" in rows.keys(),
                      restarts=[(r["subcollector"], r["outcome"]) for r in run.restarts])
-                if args.then and i == args.at:
+                if todo and (i == args.at if done == 0 else i > args.at and settled()):
+                    how = todo.pop(0)
                     victim = worker_pid(run, 1, 1)
-                    os.kill(victim, signal.SIGKILL if args.then == "kill-worker" else signal.SIGSTOP)
-                    emit(event="faulted", pid=victim, how=args.then)
+                    os.kill(victim, signal.SIGKILL if how == "kill-worker" else signal.SIGSTOP)
+                    emit(event="faulted", pid=victim, how=how)
+                    done += 1
                 i += 1
         emit(event="written", frames=int(buffer[: len(buffer)].numel()) if len(buffer) else 0, rollout=rollout)
     except LaunchError as exc:

@@ -33,12 +33,18 @@ def background(tmp_path, *args) -> tuple[list[dict], dict, float]:
     return events, after["report"], t_end
 
 
-def test_the_buffer_fills_in_the_background_with_each_pushed_version(tmp_path):
-    events, report, t_end = background(tmp_path, "--iterations", 3)
+@pytest.fixture(scope="module")
+def free_run(tmp_path_factory) -> tuple[list[dict], dict, float]:
+    """One background run, no fault: 6 iterations (pause, push, run free), read by the tests below."""
+    return background(tmp_path_factory.mktemp("free"), "--iterations", 6)
+
+
+def test_the_buffer_fills_in_the_background_with_each_pushed_version(free_run):
+    events, report, t_end = free_run
     iterations = of(events, "iteration")
-    assert not of(events, "launch-error") and [i["version"] for i in iterations] == [1, 2, 3]
+    assert not of(events, "launch-error") and [i["version"] for i in iterations] == [1, 2, 3, 4, 5, 6]
     assert all(i["rows"] >= 64 * (n + 1) for n, i in enumerate(iterations))
-    assert iterations[-1]["versions"][-1] >= 2  # rows acted with weights pushed inside a pause
+    assert iterations[2]["versions"][-1] >= 2  # rows acted with weights pushed inside a pause (by the third)
     # each row's instruction as its worker wrote it (as bytes: a shared buffer shares no strings)
     assert not iterations[-1]["strings"] and iterations[-1]["instructions"] == ["lift", "push left", "push right"]
     assert report["ok"] and report["restarts"] == []
@@ -46,36 +52,48 @@ def test_the_buffer_fills_in_the_background_with_each_pushed_version(tmp_path):
     assert_nothing_left(report, t_end)
 
 
-def test_a_pause_keeps_the_rollout_each_subcollector_had_in_flight(tmp_path):
+def test_a_pause_keeps_the_rollout_each_subcollector_had_in_flight(free_run):
     """torchrl's loop drops the rollout a subcollector just made when a message waits for it; for a pause, that
     threw away one rollout per subcollector at every pause. Now every frame the workers stepped is in the buffer,
     but for the rollouts in flight when the run shut down (at most one per subcollector)."""
-    events, report, _ = background(tmp_path, "--iterations", 6)
+    events, report, _ = free_run
     (written,) = of(events, "written")
     stepped = sum(sub["env_step_ms"]["count"] for sub in report["time_breakdown"]["subcollectors"])
     assert len(of(events, "iteration")) == 6 and written["frames"] >= 6 * 64
     assert 0 <= stepped - written["frames"] <= 2 * written["rollout"], (stepped, written)
 
 
-@pytest.mark.parametrize("placement", ["subcollector", "server"])
-@pytest.mark.parametrize("fault,kind", [("kill-worker", "worker-died"), ("stop-worker", "worker-hung")])
-def test_a_worker_killed_or_hung_in_the_background_restarts_from_its_row_and_the_buffer_keeps_filling(
-        tmp_path, fault, kind, placement):
+KIND = {"kill-worker": "worker-died", "stop-worker": "worker-hung"}
+
+
+@pytest.mark.parametrize("placement,faults", [("subcollector", ["kill-worker", "stop-worker"]),
+                                              ("server", ["stop-worker", "kill-worker"])],
+                         ids=["subcollector-killed-then-hung", "server-hung-then-killed"])
+def test_a_worker_killed_and_later_hung_in_the_background_restarts_from_its_row_each_time_and_the_buffer_keeps_filling(
+        tmp_path, placement, faults):
     """With the policy in each subcollector, a push waits for the restarting one to acknowledge; on the server (the
     recipe's way), the trainer goes on with the other subcollector's rows meanwhile, so it iterates until the
-    restarted one is seen filling the buffer too."""
-    events, report, t_end = background(tmp_path, "--iterations", 4, "--then", fault, "--at", 0, "--restarts", 1,
-                                       "--hang-timeout", 4, "--placement", placement, "--until-collecting")
-    (faulted,) = of(events, "faulted")
+    restarted one is seen filling the buffer too. One run per placement takes both faults in turn, each kind first
+    in one of them: worker 1 of subcollector 1 SIGKILLed (or SIGSTOPped) after iteration 0, then, once its restart
+    collects, the worker of that restart SIGSTOPped (or SIGKILLed). Long (up to ~40 s on a loaded 2-core machine): a
+    run's start, two restarts, and a hang_timeout of 4 s to wait out."""
+    events, report, t_end = background(tmp_path, "--iterations", 4, *(a for f in faults for a in ("--then", f)),
+                                       "--at", 0, "--restarts", 2, "--hang-timeout", 4, "--placement", placement,
+                                       "--until-collecting")
+    faulted = of(events, "faulted")
     iterations = of(events, "iteration")
+    assert [f["how"] for f in faulted] == faults
     assert not of(events, "launch-error") and len(iterations) >= 4
     assert [i["version"] for i in iterations] == list(range(1, len(iterations) + 1))
-    assert report["ok"] and len(report["restarts"]) == 1
-    (restart,) = report["restarts"]
-    cause = restart["cause"]
-    assert (cause["kind"], cause["subcollector"], cause["worker"], cause["pid"]) == (kind, 1, 1, faulted["pid"])
-    assert restart["row"]["global_index"] == 3 and restart["seeds"]["applied"] == [106, 107]  # plan seeds 102, 103 + 4
-    assert iterations[-1]["restarts"] == [[1, "collecting"]]  # the restarted subcollector fills the buffer too
+    assert report["ok"] and len(report["restarts"]) == 2
+    for k, (restart, fault) in enumerate(zip(report["restarts"], faulted), start=1):
+        cause = restart["cause"]
+        assert (cause["kind"], cause["subcollector"], cause["worker"], cause["pid"]) == (KIND[fault["how"]], 1, 1,
+                                                                                         fault["pid"])
+        assert restart["restart"] == k and restart["row"]["global_index"] == 3
+        assert restart["seeds"]["applied"] == [102 + 4 * k, 103 + 4 * k]  # plan seeds 102, 103 + k restarts x 4
+    assert faulted[1]["pid"] in report["restarts"][0]["started"]["workers"]  # the second fault hit the restart's
+    assert iterations[-1]["restarts"] == [[1, "collecting"]] * 2  # the restarted subcollector fills the buffer too
     assert iterations[-1]["versions"][-1] >= 3
     assert_nothing_left(report, t_end)
 
