@@ -6,7 +6,9 @@ steps, whether every step carries a policy version and an episode id, the episod
 lives they come from); with ``kill-worker`` it SIGKILLs env worker 1 of subcollector 1 after the first batch and
 reports the error; ``kill-and-recover`` does too (``hang-and-recover``: SIGSTOPs it; ``stop-mid-message``: SIGUSR1s it,
 ``stop_mid_message/sitecustomize.py``), then stops once every worker of subcollector 1 delivered steps of its next life
-(or after BATCHES); ``recycle`` stops once every worker did. With
+(or after BATCHES); several of these joined by ``+`` (``kill-and-recover+hang-and-recover``) are done in turn, each next
+one to worker 1 of subcollector 1's latest life once every worker of subcollector 1 delivered steps of it, and the
+script stops once they all delivered steps of the life after the last; ``recycle`` stops once every worker did. With
 ``update-weights`` it passes its own policy, perturbs and pushes its weights after each batch, and reports for
 every step whether the log-probability the server stamped is the one the weights of the step's version give.
 """
@@ -30,9 +32,13 @@ def main() -> None:
 
     spec, report_dir, batches = sys.argv[1], sys.argv[2], int(sys.argv[3])
     mode = sys.argv[4] if len(sys.argv) > 4 else None
-    signum = {"kill-worker": signal.SIGKILL, "kill-and-recover": signal.SIGKILL, "hang-and-recover": signal.SIGSTOP,
-              "stop-mid-message": signal.SIGUSR1}.get(mode)
-    kill, update = signum is not None, mode == "update-weights"
+    signals = {"kill-worker": signal.SIGKILL, "kill-and-recover": signal.SIGKILL, "hang-and-recover": signal.SIGSTOP,
+               "stop-mid-message": signal.SIGUSR1}
+    recovering = ("kill-and-recover", "hang-and-recover", "stop-mid-message")
+    modes = mode.split("+") if mode else []
+    faults = [signals[m] for m in modes if m in signals]  # in turn, to worker (1, 1)'s lives 0, 1, ...
+    recover = bool(modes) and all(m in recovering for m in modes)
+    update = mode == "update-weights"
     policy = topo.load(spec).make_policy() if update else None
     weights = {0: TensorDict.from_module(policy).data.clone()} if update else {}  # version -> the weights pushed
     run = topo.collector(spec, report_dir=report_dir, progress=False, policy=policy)
@@ -40,8 +46,9 @@ def main() -> None:
         with run:
             rows = [(sub["index"], row["index"]) for sub in run.plan["subcollectors"] for row in sub["workers"]]
             seen: set[tuple[int, int, int]] = set()  # (subcollector, worker, life) of the steps so far
-            wanted = {(c, w, 1) for c, w in rows if c == 1 or mode == "recycle"} if mode in (
-                "kill-and-recover", "hang-and-recover", "stop-mid-message", "recycle") else None  # the lives to see before stopping
+            wanted = {(c, w, len(faults)) for c, w in rows if c == 1} if recover else {
+                (c, w, 1) for c, w in rows} if mode == "recycle" else None  # the lives to see before stopping
+            done = 0  # faults done so far
             for i, batch in enumerate(run.collector):
                 ids = batch["topo_episode"].reshape(-1).tolist()
                 episodes = run.episodes()
@@ -62,11 +69,13 @@ def main() -> None:
                     version = run.update_weights()
                     weights[version] = TensorDict.from_module(policy).data.clone()
                     emit(event="pushed", version=version, policy_version=run.policy_version)
-                if kill and i == 0:
+                if done < len(faults) and (i == 0 if done == 0 else {(c, w, done) for c, w in rows if c == 1} <= seen):
                     (pid,) = [m["pid"] for m in RunDir(run.run_dir).read_all("markers")
-                              if m["name"] == "started" and (m["worker"]["subcollector"], m["worker"]["index"]) == (1, 1)]
-                    os.kill(pid, signum)
-                    emit(event="killed", pid=pid)
+                              if m["name"] == "started" and (m["worker"]["subcollector"], m["worker"]["index"]) == (1, 1)
+                              and m.get("restart", 0) == done]
+                    os.kill(pid, faults[done])
+                    emit(event="killed", pid=pid, life=done, mode=modes[done])
+                    done += 1
                 if i + 1 == batches or wanted is not None and wanted <= seen:
                     break
     except LaunchError as exc:

@@ -41,10 +41,23 @@ def train(spec, report, *args, paths=()) -> list[dict]:
     return list(parse(done.stdout))
 
 
-def test_async_rows_records_and_report(tmp_path):
-    spec, report = async_spec(tmp_path), tmp_path / "report"
+@pytest.fixture(scope="module")
+def slow_run(tmp_path_factory):
+    """One async run, no fault, 4 batches, its policy's forward 100 ms slower (``slow_policy.py``: TinyVLA, then a
+    sleep): the spec, report folder, events and end time, read by the two tests below."""
+    tmp_path = tmp_path_factory.mktemp("slow")
+    slow = {"factory": "slow_policy:make", "kwargs": {"delay": 0.1, **POLICY["kwargs"]}}
+    spec, report = async_spec(tmp_path, policy=slow), tmp_path / "report"
     events = train(spec, report, 4)
-    t_end = time.time()
+    return spec, report, events, time.time()
+
+
+def test_async_rows_records_and_report(slow_run, monkeypatch):
+    """The plan rows in the env workers, 0 envs built outside them, every step's row and episode, the report, the run
+    shown by `topo runs show` (the run behind a slow forward, shared with the inference-bound test: nothing here
+    depends on the policy's speed)."""
+    spec, report, events, t_end = slow_run
+    monkeypatch.syspath_prepend(str(HERE))  # the spec's policy factory, slow_policy:make, as the run imported it
     plan = topo.compile_spec(str(spec))
     rows = {(r["subcollector"], r["index"]): r for sub in plan["subcollectors"] for r in sub["workers"]}
     batches = [e for e in events if e["event"] == "batch"]
@@ -85,12 +98,10 @@ def test_async_workers_start_from_a_forkserver_of_the_runs_own_ended_with_it(tmp
     assert [r["after"] for r in runs] == [[], []] and [r["children"] for r in runs] == [[], []]
 
 
-def test_an_async_run_behind_a_100_ms_forward_is_called_inference_bound(tmp_path):
+def test_an_async_run_behind_a_100_ms_forward_is_called_inference_bound(slow_run):
     """Each worker's own wait for the server, between its steps, is the run's inference wait (async mode has no
     subcollector calling a policy)."""
-    slow = {"factory": "slow_policy:make", "kwargs": {"delay": 0.1, **POLICY["kwargs"]}}
-    spec = async_spec(tmp_path, policy=slow)
-    events = train(spec, tmp_path / "report", 4)
+    _, _, events, _ = slow_run
     (after,) = [e for e in events if e["event"] == "after"]
     figures = after["report"]["time_breakdown"]
     assert figures["verdict"] == "inference-bound", figures["line"]
@@ -113,77 +124,57 @@ def test_a_killed_async_worker_is_named_by_its_row_and_nothing_is_left(tmp_path)
     assert alive(started_pids(report), t_end) == []
 
 
-def test_a_killed_async_worker_restarts_from_its_row_in_the_same_slots_and_the_run_goes_on(tmp_path):
-    """launch.restarts in async mode: worker (1, 1) SIGKILLed; its subcollector's rows start again in life 1 (the
-    restart's seeds), in the server's same slots, while subcollector 0 steps on; the new lives' steps reach the
-    trainer; the report names the cause, the pids replaced and started; nothing is left."""
-    spec = async_spec(tmp_path, launch={"restarts": {"max": 2}})
+FAULTS = ["kill-and-recover", "hang-and-recover", "stop-mid-message"]
+
+
+def test_a_killed_a_stopped_and_a_half_message_async_worker_each_restart_from_its_row_in_the_same_slots(tmp_path):
+    """launch.restarts and launch.hang_timeout in async mode, one run, three faults in turn, each to worker (1, 1) of
+    the life the one before started, once both workers of subcollector 1 delivered steps of it:
+
+    - SIGKILLed: its subcollector's rows start again in life 1 (the restart's seeds), in the server's same slots, while
+      subcollector 0 steps on; the new lives' steps reach the trainer; the report names the cause, the pids replaced
+      and started;
+    - SIGSTOPped (wherever it was: in a step, or waiting for its action): it has not stepped while the trainer waits
+      for a batch; it is named, SIGKILLed, its rows restarted;
+    - it writes half of a result message to its channel and stops (``stop_mid_message/sitecustomize.py``): the trainer
+      takes the other workers' messages meanwhile (nothing of the stopped one's is a lock or a descriptor it must
+      fetch), finds it hung, SIGKILLs it, throws its half message away and restarts its rows;
+
+    both subcollectors step on; nothing is left. Long (~30 s on a loaded 2-core machine): a run's start, three
+    restarts, and twice a hang_timeout of 5 s to wait out (one launch instead of three)."""
+    spec = async_spec(tmp_path, launch={"restarts": {"max": 3}, "hang_timeout": 5})
     report = tmp_path / "report"
-    events = train(spec, report, 600, "kill-and-recover")
+    events = train(spec, report, 3000, "+".join(FAULTS), paths=[HERE / "stop_mid_message"])
     t_end = time.time()
     assert [e for e in events if e["event"] == "launch-error"] == []
-    (killed,) = [e for e in events if e["event"] == "killed"]
-    lives = {tuple(life) for e in events if e["event"] == "batch" for life in e["lives"]}
-    assert {(1, 0, 1), (1, 1, 1)} <= lives and {(0, 0, 0), (0, 1, 0)} <= lives  # subcollector 0 was never restarted
+    killed = [e for e in events if e["event"] == "killed"]
+    assert [(e["mode"], e["life"]) for e in killed] == [(m, k) for k, m in enumerate(FAULTS)]
+    batches = [e for e in events if e["event"] == "batch"]
+    lives = {tuple(life) for e in batches for life in e["lives"]}
+    assert {(1, w, k) for w in (0, 1) for k in (1, 2, 3)} <= lives
+    assert {(0, 0, 0), (0, 1, 0)} <= lives  # subcollector 0 was never restarted
     assert not {life for life in lives if life[:2] in ((0, 0), (0, 1)) and life[2] != 0}
-    assert all(e["step_rows_match"] for e in events if e["event"] == "batch")
+    assert all(e["step_rows_match"] for e in batches)
     (after,) = [e for e in events if e["event"] == "after"]
     s = after["report"]
     assert s["ok"]
-    (restart,) = s["restarts"]
-    assert (restart["subcollector"], restart["restart"], restart["outcome"]) == (1, 1, "collecting")
-    assert restart["cause"]["kind"] == "worker-died" and (restart["cause"]["subcollector"], restart["cause"]["worker"]) == (1, 1)
-    assert restart["cause"]["pid"] == killed["pid"] and restart["cause"]["how"] == "killed by SIGKILL"
     built = {(m["worker"]["subcollector"], m["worker"]["index"], m["restart"]): m["pid"]
              for m in records(report, "markers") if m["name"] == "constructed"}
-    assert restart["replaced"]["workers"] == [built[1, 0, 0], built[1, 1, 0]]
-    assert restart["started"]["workers"] == [built[1, 0, 1], built[1, 1, 1]]
-    assert restart["seeds"]["planned"] == restart["seeds"]["applied"] == [106, 107]  # life 1: seed + 1 x 4 workers
-    assert restart["first_batch"]["status"] == "ok"
-    assert s["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 6}
+    assert len(s["restarts"]) == 3
+    for k, (restart, fault) in enumerate(zip(s["restarts"], killed), start=1):
+        assert (restart["subcollector"], restart["restart"], restart["outcome"]) == (1, k, "collecting")
+        cause = restart["cause"]
+        assert (cause["subcollector"], cause["worker"], cause["pid"]) == (1, 1, fault["pid"])
+        if fault["mode"] == "kill-and-recover":
+            assert cause["kind"] == "worker-died" and cause["how"] == "killed by SIGKILL"
+        else:
+            assert cause["kind"] == "worker-hung" and "(hang_timeout 5s, pid" in cause["message"]
+        assert restart["replaced"]["workers"] == [built[1, 0, k - 1], built[1, 1, k - 1]]
+        assert restart["started"]["workers"] == [built[1, 0, k], built[1, 1, k]]
+        assert restart["seeds"]["planned"] == restart["seeds"]["applied"] == [102 + 4 * k, 103 + 4 * k]  # + k x 4
+        assert restart["first_batch"]["status"] == "ok"
+    assert s["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 4 + 3 * 2}
     assert s["processes"]["left_behind"] == [] and s["processes"]["alive_after"] == []
-    assert alive(started_pids(report), t_end) == []
-
-
-def test_a_stopped_async_worker_is_found_hung_killed_and_restarted(tmp_path):
-    """launch.hang_timeout in async mode: worker (1, 1) SIGSTOPped (wherever it was: in a step, or waiting for its
-    action) has not stepped while the trainer waits for a batch; it is named, SIGKILLed, its rows restarted."""
-    spec = async_spec(tmp_path, launch={"restarts": {"max": 2}, "hang_timeout": 5})
-    report = tmp_path / "report"
-    events = train(spec, report, 2000, "hang-and-recover")
-    t_end = time.time()
-    assert [e for e in events if e["event"] == "launch-error"] == []
-    (stopped,) = [e for e in events if e["event"] == "killed"]
-    lives = {tuple(life) for e in events if e["event"] == "batch" for life in e["lives"]}
-    assert {(1, 0, 1), (1, 1, 1)} <= lives
-    s = [e for e in events if e["event"] == "after"][0]["report"]
-    (restart,) = s["restarts"]
-    assert restart["cause"]["kind"] == "worker-hung" and restart["outcome"] == "collecting"
-    assert (restart["cause"]["subcollector"], restart["cause"]["worker"], restart["cause"]["pid"]) == (1, 1, stopped["pid"])
-    assert "(hang_timeout 5s, pid" in restart["cause"]["message"]
-    assert s["ok"] and s["processes"]["left_behind"] == [] and s["processes"]["alive_after"] == []
-    assert alive(started_pids(report), t_end) == []
-
-
-def test_a_worker_stopped_half_way_through_a_message_is_found_hung_and_the_run_goes_on(tmp_path):
-    """Worker (1, 1) writes half of a result message to its channel and stops (``stop_mid_message/sitecustomize.py``):
-    the trainer takes the other workers' messages meanwhile (nothing of the stopped one's is a lock or a descriptor
-    it must fetch), finds it hung, SIGKILLs it, throws its half message away and restarts its rows; both
-    subcollectors step on; nothing is left."""
-    spec = async_spec(tmp_path, launch={"restarts": {"max": 2}, "hang_timeout": 5})
-    report = tmp_path / "report"
-    events = train(spec, report, 2000, "stop-mid-message", paths=[HERE / "stop_mid_message"])
-    t_end = time.time()
-    assert [e for e in events if e["event"] == "launch-error"] == []
-    (stopped,) = [e for e in events if e["event"] == "killed"]
-    batches = [e for e in events if e["event"] == "batch"]
-    lives = {tuple(life) for e in batches for life in e["lives"]}
-    assert {(1, 0, 1), (1, 1, 1), (0, 0, 0), (0, 1, 0)} <= lives
-    s = [e for e in events if e["event"] == "after"][0]["report"]
-    (restart,) = s["restarts"]
-    assert restart["cause"]["kind"] == "worker-hung" and restart["outcome"] == "collecting"
-    assert (restart["cause"]["subcollector"], restart["cause"]["worker"], restart["cause"]["pid"]) == (1, 1, stopped["pid"])
-    assert s["ok"] and s["processes"]["left_behind"] == [] and s["processes"]["alive_after"] == []
     assert alive(started_pids(report), t_end) == []
 
 
