@@ -97,10 +97,21 @@ def test_on_a_torchrl_without_the_restart_names_training_runs_with_restarts_off(
     assert_nothing_left(report, t_end)
 
 
-def test_multiprocess_weight_sync_reaches_every_subcollector_with_pushed_weights_only(tmp_path):
+@pytest.fixture(scope="module")
+def multiprocess_run(tmp_path_factory):
+    """One run, toy 2 x 2, the multiprocess weight-sync scheme: the first update skipped, the second pushed, and the
+    loop's own exception raised after the third batch; read by the two tests below."""
+    tmp_path = tmp_path_factory.mktemp("multiprocess")
+    report_dir = tmp_path / "report"
+    done, events = train(tmp_path, "--weight-sync", "multiprocess", "--then", "skip-first-update", "--iterations", 3,
+                         "--raise-at", 2, "--report", report_dir)
+    return done, events, report_dir, time.time()
+
+
+def test_multiprocess_weight_sync_reaches_every_subcollector_with_pushed_weights_only(multiprocess_run):
     """The multiprocess scheme: an optimizer step is not seen until update_weights, then every row acts with it
     (shared_mem, the default: test_the_policy_acts_with_the_weights_the_trainer_pushed)."""
-    done, events = train(tmp_path, "--weight-sync", "multiprocess", "--then", "skip-first-update", "--iterations", 3)
+    done, events, _, _ = multiprocess_run
     assert done.returncode == 0, done.stderr
     batches = of(events, "batch")
     assert [b["versions"] for b in batches] == [[0], [0], [1]]  # batch 2: every row of every subcollector at 1
@@ -109,16 +120,15 @@ def test_multiprocess_weight_sync_reaches_every_subcollector_with_pushed_weights
     assert batches[2]["diff"] < 1e-5  # pushed: they act with the trainer's weights again
 
 
-def test_an_exception_in_the_loop_tears_down_and_still_writes_the_report(tmp_path):
-    report_dir = tmp_path / "report"  # 1 x 2: the loop's failure and the teardown are not per subcollector
-    done, events = train(tmp_path, "--then", "raise", "--report", report_dir,
-                         spec=write(tmp_path / "toy.yaml", toy_spec(1, 2)))
-    t_end = time.time()
+def test_an_exception_in_the_loop_tears_down_and_still_writes_the_report(multiprocess_run):
+    """The loop raises after its third batch, in the run the multiprocess weight-sync test reads (one launch for both:
+    the loop's failure and the teardown are not per subcollector; here they end a run whose weights were pushed)."""
+    done, events, report_dir, t_end = multiprocess_run
     assert done.returncode == 0, done.stderr
     assert of(events, "loop-error")[0]["message"] == "the training step failed"  # the loop's own exception
     report = json.loads((report_dir / "summary.json").read_text())
     assert not report["ok"] and report["error"]["type"] == "TrainingStepFailed" and report["error"]["in"] == "training loop"
-    assert report["env_closes"] == {"constructed": 2, "closed": 2}  # a clean shutdown, envs closed
+    assert report["env_closes"] == {"constructed": 4, "closed": 4}  # a clean shutdown, envs closed
     assert_nothing_left(report, t_end)
     assert_trainer_state_restored(events)
 

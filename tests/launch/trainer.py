@@ -3,8 +3,9 @@
 It trains topo's TinyVLA policy with a policy-gradient step per batch and pushes its weights each
 iteration, checking every batch against the weights it pushed: each row's ``policy_version`` and, with
 deterministic actions, the action the trainer's own copy computes for the same observation.
-``--then`` makes it misbehave the way a test needs; ``--evaluate`` (a spec with an eval section) then asks for one
-blocking evaluation round and two background ones at once (the second meets ``busy_policy``) and waits for them.
+``--then`` makes it misbehave the way a test needs (``--raise-at``: the loop raises after that batch, too);
+``--evaluate`` (a spec with an eval section) then asks for one blocking evaluation round and two background ones at
+once (the second meets ``busy_policy``) and waits for them.
 """
 from __future__ import annotations
 
@@ -77,6 +78,8 @@ def main() -> None:
     parser.add_argument("--evaluate", action="store_true",
                         help="after the loop: a blocking evaluation round, then two background ones; waits for them")
     parser.add_argument("--victim", type=int, default=0, help="the subcollector kill-subcollector-then-update kills")
+    parser.add_argument("--raise-at", type=int, default=None,
+                        help="raise in the loop after this batch's event, whatever --then does (--then raise: batch 0)")
     parser.add_argument("--then", default="ok",
                         choices=["ok", "raise", "kill-worker", "kill-subcollector-then-update", "skip-first-update",
                                  "kill-server"])
@@ -127,7 +130,7 @@ def main() -> None:
                                                                        flat["policy_version"].reshape(-1).tolist())}))
                 while args.hold and i == 0 and not os.path.exists(args.hold):  # a test looks at the running run
                     time.sleep(0.1)
-                if args.then == "raise":
+                if args.then == "raise" or i == args.raise_at:
                     raise TrainingStepFailed("the training step failed")
                 if args.then == "kill-worker" and i == 0:
                     victim = worker_pid(run, 1, 1)
