@@ -39,3 +39,30 @@ def test_every_process_forks_from_the_runs_one_forkserver_each_worker_in_its_sub
     assert sorted(again) == sorted(restart["started"]["workers"])
     assert {(p["restart"], p["pgid"]) for p in again.values()} == {("1", restart["started"]["subcollector"])}
     assert_nothing_left(s, t_end)
+
+
+def test_a_server_still_serving_past_its_grace_is_reaped_once_it_exits():
+    """``forkserver.end`` leaves a server that still serves a process (one that outlived its run) to the teardown;
+    once it exits it is reaped, not left a zombie child of the trainer until the trainer exits (a training script
+    running run after run would keep one per run; found under load by test_async_mode's two runs in one process).
+    A real server and a real process forked from it, here in this process (the trainer's place)."""
+    import multiprocessing
+    import os
+    from multiprocessing import forkserver as mp_forkserver
+
+    import psutil
+
+    from topo.launch import forkserver
+
+    forkserver.start([])
+    server = mp_forkserver._forkserver._forkserver_pid
+    outliving = multiprocessing.get_context("forkserver").Process(target=time.sleep, args=(120,), daemon=False)
+    outliving.start()
+    forkserver.end(grace=0.2)  # the server serves ``outliving`` still: it outlives the grace
+    assert psutil.Process(server).status() != psutil.STATUS_ZOMBIE
+    os.kill(outliving.pid, 9)
+    outliving.join(30)
+    deadline = time.monotonic() + 60
+    while psutil.pid_exists(server) and server in [c.pid for c in psutil.Process().children()]:
+        assert time.monotonic() < deadline, f"forkserver {server} not reaped: {psutil.Process(server).status()}"
+        time.sleep(0.05)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -50,7 +51,8 @@ def adopt(address: str) -> None:
 def end(grace: float = GRACE_S) -> None:
     """Stop this process's forkserver, if it runs: its pipe closed, it exits once the processes it forked are gone
     (each holds the pipe too), reaped here within ``grace`` seconds; one still serving a process that outlived the
-    run is left to the teardown, which ends it and counts that process. Either way it is forgotten: the next
+    run is left to the teardown, which ends it and counts that process, and is reaped by a thread whenever it exits
+    (a training script running one run after another keeps no zombie of each). Either way it is forgotten: the next
     process started from here starts a new one."""
     from multiprocessing import forkserver, util
 
@@ -67,8 +69,16 @@ def end(grace: float = GRACE_S) -> None:
                 os.unlink(address)
         deadline = time.monotonic() + grace
         with contextlib.suppress(ChildProcessError):  # reaped already (the teardown ended it)
-            while os.waitpid(pid, os.WNOHANG) == (0, 0) and time.monotonic() < deadline:
+            while os.waitpid(pid, os.WNOHANG) == (0, 0):
+                if time.monotonic() >= deadline:
+                    threading.Thread(target=_reap, args=(pid,), name=f"topo-reap-{pid}", daemon=True).start()
+                    return
                 time.sleep(0.02)
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
 
 
 def shared(plan: dict[str, Any]) -> bool:
