@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--placement", choices=["subcollector", "server"], default="subcollector")
     parser.add_argument("--until-collecting", action="store_true",
                         help="past --iterations, go on until every --then was done and each restart it caused "
-                             "collects (at most WAIT_S)")
+                             "collects (at most WAIT_S from the start, and from each later --then)")
     args = parser.parse_args()
 
     import torch
@@ -85,6 +85,8 @@ def main() -> None:
                     os.kill(victim, signal.SIGKILL if how == "kill-worker" else signal.SIGSTOP)
                     emit(event="faulted", pid=victim, how=how)
                     done += 1
+                    if done > 1:  # each restart its own WAIT_S to collect, as in a run of one fault
+                        deadline = time.monotonic() + WAIT_S
                 i += 1
         emit(event="written", frames=int(buffer[: len(buffer)].numel()) if len(buffer) else 0, rollout=rollout)
     except LaunchError as exc:

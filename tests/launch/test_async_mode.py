@@ -140,7 +140,7 @@ def test_a_killed_a_stopped_and_a_half_message_async_worker_each_restart_from_it
       takes the other workers' messages meanwhile (nothing of the stopped one's is a lock or a descriptor it must
       fetch), finds it hung, SIGKILLs it, throws its half message away and restarts its rows;
 
-    both subcollectors step on; nothing is left. Long (~30 s on a loaded 2-core machine): a run's start, three
+    both subcollectors step on; nothing is left. Long (~30-40 s on a loaded 2-core machine): a run's start, three
     restarts, and twice a hang_timeout of 5 s to wait out (one launch instead of three)."""
     spec = async_spec(tmp_path, launch={"restarts": {"max": 3}, "hang_timeout": 5})
     report = tmp_path / "report"

@@ -40,6 +40,7 @@ def free_run(tmp_path_factory) -> tuple[list[dict], dict, float]:
 
 
 def test_the_buffer_fills_in_the_background_with_each_pushed_version(free_run):
+    """Long when its shared run (free_run, 6 iterations) is started here: ~25-40 s on a loaded 2-core machine."""
     events, report, t_end = free_run
     iterations = of(events, "iteration")
     assert not of(events, "launch-error") and [i["version"] for i in iterations] == [1, 2, 3, 4, 5, 6]
@@ -75,8 +76,8 @@ def test_a_worker_killed_and_later_hung_in_the_background_restarts_from_its_row_
     recipe's way), the trainer goes on with the other subcollector's rows meanwhile, so it iterates until the
     restarted one is seen filling the buffer too. One run per placement takes both faults in turn, each kind first
     in one of them: worker 1 of subcollector 1 SIGKILLed (or SIGSTOPped) after iteration 0, then, once its restart
-    collects, the worker of that restart SIGSTOPped (or SIGKILLed). Long (up to ~40 s on a loaded 2-core machine): a
-    run's start, two restarts, and a hang_timeout of 4 s to wait out."""
+    collects, the worker of that restart SIGSTOPped (or SIGKILLed). Long (~30-40 s on a loaded 2-core machine): a
+    run's start, two restarts, and a hang_timeout of 4 s to wait out (one launch instead of two)."""
     events, report, t_end = background(tmp_path, "--iterations", 4, *(a for f in faults for a in ("--then", f)),
                                        "--at", 0, "--restarts", 2, "--hang-timeout", 4, "--placement", placement,
                                        "--until-collecting")
