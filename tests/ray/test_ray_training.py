@@ -106,6 +106,8 @@ def doctor(tmp_path: Path, spec: dict, *args: str, env: dict = ENV) -> subproces
 # topo doctor on the cluster, first: it reads the cluster as it stands before any run
 
 def test_every_node_runs_the_checks_for_the_subcollector_the_plan_puts_there(cluster, tmp_path):
+    """``topo doctor --format json``: each node runs the host checks for the subcollector the plan puts there. Its
+    length: a doctor process, a Ray driver whose task on each node starts probes that import torch and torchrl."""
     result = doctor(tmp_path, two_node_spec(cluster.address), "--format", "json")
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
@@ -127,6 +129,8 @@ def test_every_node_runs_the_checks_for_the_subcollector_the_plan_puts_there(clu
 
 
 def test_text_names_each_node_and_a_node_out_of_time_fails(cluster, tmp_path):
+    """The text report names each node; with ``--node-timeout 0.01`` each node is a FAIL. Its length: two doctor
+    processes, Ray drivers whose tasks on the nodes start probes that import torch and torchrl."""
     text = doctor(tmp_path, two_node_spec(cluster.address))
     assert text.returncode == 0, text.stdout + text.stderr
     lines = text.stdout.splitlines()
@@ -140,6 +144,8 @@ def test_text_names_each_node_and_a_node_out_of_time_fails(cluster, tmp_path):
 
 
 def test_a_resource_no_node_has_fails_naming_the_subcollector(cluster, tmp_path):
+    """A subcollector pinned to node_c, which no node has: a FAIL naming it, with the ``ray start`` hint. Its length:
+    a doctor process, a Ray driver whose task on each node starts probes that import torch and torchrl."""
     spec = two_node_spec(cluster.address)
     spec["placement"]["overrides"][1]["resources"]["custom"] = {"node_c": 1}
     result = doctor(tmp_path, spec)
@@ -280,6 +286,9 @@ def test_episodes_of_both_nodes_resolve_and_one_of_node_b_replays(training):
 
 
 def test_a_sigkilled_trainer_leaves_no_process_of_its_run_on_any_node(cluster, tmp_path):
+    """The trainer SIGKILLed after its first weight update: no process of its run is left on either node, and the
+    node directories stay (no shutdown pulled them). Its length: a run's start (trainer, 2 actors, 4 env workers) and
+    the wait for Ray and the actors' watchers to end them."""
     proc = start_trainer(tmp_path, cluster.address, "killed")
     run_dir = None
     try:
