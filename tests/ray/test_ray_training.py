@@ -327,13 +327,7 @@ def test_an_actor_killed_on_node_b_is_named_and_the_run_torn_down(cluster, tmp_p
     """On one host the monitor sees the actor's pid die (it is local) and names it first; across hosts, Ray's
     error is named with the actor's node and plan rows (``RayTopology.lost``, tests/ray/test_ray_units.py)."""
     proc = start_trainer(tmp_path, cluster.address, "victim", "--then", "kill-subcollector-then-update", "--victim", "1")
-    try:
-        events = list(events_of(proc.stdout))
-        proc.wait(HANG_GUARD_S)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    stderr = proc.stderr.read()
+    events, stderr = to_the_end(proc)
     assert proc.returncode == 0, stderr
     assert [e["event"] for e in events if e["event"] in ("killed", "launch-error")] == ["killed", "launch-error"], (events, stderr)
     (killed,) = [e["pid"] for e in events if e["event"] == "killed"]
@@ -356,21 +350,27 @@ def _pgid(p: psutil.Process) -> int | None:
         return None
 
 
-def run_trainer(tmp: Path, address: str, name: str, *args: str, on_event=None,
-                spec_data: dict | None = None) -> tuple[list[dict], dict]:
-    """A trainer run to its end: its events and its report; ``on_event(event)`` sees each event as it comes."""
-    proc = start_trainer(tmp, address, name, *args, spec_data=spec_data)
+def to_the_end(proc: subprocess.Popen, read=None, guard_s: float = HANG_GUARD_S, on_event=None
+               ) -> tuple[list[dict], str]:
+    """A started trainer's events read to its end (``read``: its stdout's parser, :func:`events_of` if None;
+    ``on_event(event)`` sees each as it comes) and its stderr; its process group SIGKILLed past ``guard_s``."""
     events = []
     try:
-        for event in events_of(proc.stdout):
+        for event in (read or events_of)(proc.stdout):
             events.append(event)
             if on_event is not None:
                 on_event(event)
-        proc.wait(HANG_GUARD_S)
+        proc.wait(guard_s)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    stderr = proc.stderr.read()
+    return events, proc.stderr.read()
+
+
+def run_trainer(tmp: Path, address: str, name: str, *args: str, on_event=None,
+                spec_data: dict | None = None) -> tuple[list[dict], dict]:
+    """A trainer run to its end: its events and its report; ``on_event(event)`` sees each event as it comes."""
+    events, stderr = to_the_end(start_trainer(tmp, address, name, *args, spec_data=spec_data), on_event=on_event)
     (tmp / f"{name}.stderr").write_text(stderr)
     assert proc.returncode == 0, stderr[-3000:]
     (after,) = [e for e in events if e["event"] == "after"]
@@ -545,13 +545,7 @@ def test_async_on_two_nodes_batches_pushes_and_a_killed_and_a_stopped_worker_on_
     holds both node runs as one machine's report would (their restarts, env closes, worker pids, nothing alive after),
     their records in its run directory."""
     proc = start_async(tmp_path, cluster.address, "400", "faults")
-    try:
-        events = list(parse(proc.stdout))
-        proc.wait(ASYNC_GUARD_S)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    stderr = proc.stderr.read()
+    events, stderr = to_the_end(proc, parse, ASYNC_GUARD_S)
     t_end = time.time()
     assert proc.returncode == 0, stderr[-3000:]
     assert [e for e in events if e["event"] == "launch-error"] == []
