@@ -7,7 +7,6 @@ import struct
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -157,10 +156,14 @@ def test_ensure_compiles_once_and_loads_nothing(scene, tmp_path):
 
 
 CONCURRENT = """
-    import json, sys, time
+    import json, os, sys, time
     import topo.envs.mujoco_cache as mc
     compile_once = mc._compile
-    def slow_compile(xml):  # hold the lock long enough for the others to arrive and wait
+    arrived = sys.argv[1]
+    def slow_compile(xml):  # hold the lock until every process has arrived, then long enough for them to wait on it
+        deadline = time.monotonic() + 120
+        while len(os.listdir(arrived)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
         time.sleep(1.5)
         return compile_once(xml)
     mc._compile = slow_compile
@@ -170,19 +173,21 @@ CONCURRENT = """
             time.sleep(1.5)
         return load_once(self, key)
     mc.ModelCache._load = slow_load
-    start = float(sys.argv[1])
-    time.sleep(max(0.0, start - time.time()))
+    open(os.path.join(arrived, str(os.getpid())), "w").close()  # mujoco imported: at the cache now
     model, event = mc.ModelCache(sys.argv[2]).model(open(sys.argv[3]).read(), "scene")
     print(json.dumps({**event, "nbody": model.nbody}))
 """
 
 
 def test_concurrent_processes_compile_one_key_once(scene, tmp_path):
-    """Three processes miss the same key at once: one compiles, two wait on its lock, then load at once."""
+    """Three processes miss the same key at once: one compiles, two wait on its lock, then load at once. The compile
+    starts once all three have imported mujoco and reached the cache, however slowly a loaded machine starts them
+    (a fixed 3 s start let a late one find the entry saved: a hit that never waited)."""
     xml, _ = scene
     (tmp_path / "scene.xml").write_text(xml)
-    start = time.time() + 3  # every process has imported mujoco by then
-    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(CONCURRENT), str(start), str(tmp_path / "cache"),
+    (tmp_path / "arrived").mkdir()
+    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(CONCURRENT), str(tmp_path / "arrived"),
+                               str(tmp_path / "cache"),
                                str(tmp_path / "scene.xml")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
              for _ in range(3)]
