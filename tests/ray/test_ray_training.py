@@ -370,7 +370,8 @@ def to_the_end(proc: subprocess.Popen, read=None, guard_s: float = HANG_GUARD_S,
 def run_trainer(tmp: Path, address: str, name: str, *args: str, on_event=None,
                 spec_data: dict | None = None) -> tuple[list[dict], dict]:
     """A trainer run to its end: its events and its report; ``on_event(event)`` sees each event as it comes."""
-    events, stderr = to_the_end(start_trainer(tmp, address, name, *args, spec_data=spec_data), on_event=on_event)
+    proc = start_trainer(tmp, address, name, *args, spec_data=spec_data)
+    events, stderr = to_the_end(proc, on_event=on_event)
     (tmp / f"{name}.stderr").write_text(stderr)
     assert proc.returncode == 0, stderr[-3000:]
     (after,) = [e for e in events if e["event"] == "after"]
