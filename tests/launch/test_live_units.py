@@ -174,6 +174,33 @@ def test_a_worker_that_closes_and_exits_while_it_is_read_is_closed_not_dead(tmp_
     assert [(r["worker"], r["state"]) for r in v.rows[:3]] == [(0, "closed"), (1, "closed"), (2, "dead")]
 
 
+def test_a_worker_that_starts_while_it_is_read_is_not_dead(tmp_path, monkeypatch):
+    """A worker writes 'started' and 'constructed' after top read the markers and before it read them again (after
+    the probe): its pid was never probed, so it is not dead (the 64-worker ``topo top`` test, loaded, saw two
+    workers 'starting', 'dead', 'ready' so). A worker probed and found gone without a close still is."""
+    import topo.runtime.live as live
+
+    path = str(tmp_path / "topo-run-fab")
+    os.makedirs(path)
+    with open(os.path.join(path, "launch.json"), "w") as f:
+        json.dump({"plan": {**PLAN, "subcollectors": PLAN["subcollectors"][:1]}}, f)
+    run, me, gone = RunDir(path), os.getpid(), dead_pid()
+    for w, pid in ((0, me), (1, gone)):
+        marker(run, "started", 0, w, 10.0, pid)
+        marker(run, "constructed", 0, w, 20.0, pid, seed=w, seconds=10.0)
+    probe = live.running
+
+    def starting(pid):  # worker 2 (a live process: this one's parent) starts and builds its env as w0 is probed
+        if pid == me and not [m for m in run.read_all("markers") if m["worker"]["index"] == 2]:
+            marker(run, "started", 0, 2, 999.0, os.getppid())
+            marker(run, "constructed", 0, 2, 999.5, os.getppid(), seed=2, seconds=0.5)
+        return probe(pid)
+
+    monkeypatch.setattr(live, "running", starting)
+    v = view(Reader(path).read(NOW))
+    assert [(r["worker"], r["state"]) for r in v.rows] == [(0, "ready"), (1, "dead"), (2, "ready")]
+
+
 def test_a_worker_killed_by_a_restart_recorded_while_it_is_read_is_restarting_not_dead(tmp_path, monkeypatch):
     """Subcollector 0's restart is recorded, then its workers killed, after top read the restarts and before it
     probed the pids (the 64-worker ``topo top`` test saw a sibling of the hung worker 'dead' so): the restarts are

@@ -59,7 +59,7 @@ class Snapshot:
     restarts: dict[int, int] = field(default_factory=dict)
     beats: dict[int, list[tuple]] = field(default_factory=dict)
     lives: dict[str, Life] = field(default_factory=dict)
-    alive: set[int] = field(default_factory=set)  # pids of this host's workers found running
+    gone: set[int] = field(default_factory=set)  # pids of this host's workers probed and found not running
     pulled: bool = False  # the workers' records come from Ray nodes (placement.run_dir: per_node), late
     summary: dict | None = None  # the report, once the run ended
     evaluations: list[dict] = field(default_factory=list)
@@ -131,8 +131,8 @@ class Reader:
                 if life is not None:
                     snap.lives[life] = self._life(life)
                 started = self._workers.get((c, row["index"], k), {}).get("started")
-                if started and started.get("host", HOST) == HOST and not snap.pulled and running(started["pid"]):
-                    snap.alive.add(started["pid"])
+                if started and started.get("host", HOST) == HOST and not snap.pulled and not running(started["pid"]):
+                    snap.gone.add(started["pid"])
 
     def _markers(self) -> None:
         for m in self.run.read_new("markers"):
@@ -234,13 +234,12 @@ def _row(snap: Snapshot, row: dict, c: int, w: int, k: int, markers: dict, slot:
          hung_after: float, ended: bool) -> dict[str, Any]:
     started, constructed = markers.get("started"), markers.get("constructed")
     pid = started["pid"] if started else None
-    # gone without a close is dead where the close, written before the exit, is here first: not for a Ray node's
-    # records, pulled every few seconds (its actor names its dead workers; a close comes after the exit)
-    probed = started is not None and started.get("host", HOST) == HOST and not snap.pulled
+    # found gone without a close is dead, the close (written before the exit) read after the probe: never a worker
+    # whose markers were read after the probe (it started meanwhile), nor a Ray node's, pulled every few seconds (its
+    # actor names its dead workers; a close comes after the exit)
     begun, done, _, _, rss, _, steps, mean, baseline, resets = slot if slot else (0.0, 0.0, 0, 0, 0, 0, 0, 0.0, 0.0, 0)
     last = max(begun, done)
-    if markers.get("failed") or (constructed and probed and pid not in snap.alive and not markers.get("closed")
-                                 and not ended):
+    if markers.get("failed") or (constructed and pid in snap.gone and not markers.get("closed") and not ended):
         state = "dead"
     elif markers.get("closed") or (ended and constructed):
         state = "closed"
