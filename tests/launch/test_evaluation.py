@@ -148,6 +148,8 @@ def test_the_report_carries_the_evaluations_and_the_eval_runs_proof(trained):
 
 @pytest.mark.slow
 def test_a_killed_trainer_leaves_no_process_of_either_run(tmp_path):
+    """Over 30 s: a training run, the eval process it starts and that process's own run of eval workers (each
+    imports torch), the trainer killed mid-round, then both watchers' teardowns counted down to nothing left."""
     report = tmp_path / "report"
     done, events = train(eval_spec(tmp_path, every=None, max_episode_steps=40), report, "--iterations", "1",
                          "--then", "kill-trainer-during-eval")

@@ -212,6 +212,8 @@ def topo(*args):
 
 
 def test_cache_warm_compiles_each_task_once_and_builds_hit(tmp_path):
+    """Over 30 s: two real MuJoCo compiles of libero_object scenes, then four topo processes that
+    each import LIBERO (warm again, list, a build that hits, clear): the whole cache life on real models."""
     spec = two_task_spec(tmp_path, "libero_object", 4)  # libero_object's tasks have scenes of their own
     cache = tmp_path / "cache"  # (libero_spatial's ten share one model)
     first = topo("warm", str(spec), "--dir", str(cache))
