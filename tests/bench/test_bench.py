@@ -19,6 +19,7 @@ import sys
 
 import pytest
 
+from tests import preimported
 from tests.bench.test_bench_units import SPEC as PLANNED_SPEC
 
 MODES = ("recipe", "homogeneous", "forkserver-preload", "fork", "capped")
@@ -35,9 +36,9 @@ def bench(tmp_path_factory):
     spec = tmp / "toy.yaml"
     spec.write_text(SPEC)
     out = tmp / "bench"
-    done = subprocess.run([sys.executable, "-m", "topo.cli", "bench", str(spec), "--repeats", "1", "--cap", "1",
+    done = preimported.run([sys.executable, "-m", "topo.cli", "bench", str(spec), "--repeats", "1", "--cap", "1",
                            "--modes", ",".join(MODES), "--out", str(out)], capture_output=True, text=True,
-                          timeout=900, env={**os.environ, "MUJOCO_GL": "egl"})
+                           timeout=900, env={**os.environ, "MUJOCO_GL": "egl"})
     assert done.returncode == 0, done.stderr[-3000:]
     return out, json.loads((out / "comparison.json").read_text()), done.stdout
 
@@ -116,9 +117,9 @@ def test_bench_sweep_fits_time_to_ready_over_workers(tmp_path):
     full, measured as users' benchmarks are."""
     out = tmp_path / "sweep"
     spec = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "specs", "toy_sweep.yaml.j2")
-    done = subprocess.run([sys.executable, "-m", "topo.cli", "bench", spec, "--sweep", "workers=1,3", "--repeats", "1",
+    done = preimported.run([sys.executable, "-m", "topo.cli", "bench", spec, "--sweep", "workers=1,3", "--repeats", "1",
                            "--out", str(out)], capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "MUJOCO_GL": "egl"})
+                           env={**os.environ, "MUJOCO_GL": "egl"})
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((out / "sweep.json").read_text())
     assert result["variable"] == "workers" and result["values"] == ["1", "3"]
@@ -137,9 +138,9 @@ def test_bench_sweep_fits_time_to_ready_over_workers(tmp_path):
 def test_bench_refuses_a_cold_cache_without_one(tmp_path):
     spec = tmp_path / "toy.yaml"
     spec.write_text(SPEC)
-    done = subprocess.run([sys.executable, "-m", "topo.cli", "bench", str(spec), "--cache", "cold", "--out",
+    done = preimported.run([sys.executable, "-m", "topo.cli", "bench", str(spec), "--cache", "cold", "--out",
                            str(tmp_path / "b")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "has no model cache on in this spec" in done.stderr
-    done = subprocess.run([sys.executable, "-m", "topo.cli", "bench", str(spec), "--sweep", "workers", "--out",
+    done = preimported.run([sys.executable, "-m", "topo.cli", "bench", str(spec), "--sweep", "workers", "--out",
                            str(tmp_path / "b")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--sweep takes VAR=V1,V2,..." in done.stderr

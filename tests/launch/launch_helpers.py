@@ -1,4 +1,5 @@
-"""Shared helpers of the launch tests: write specs, run ``topo launch`` as a subprocess, find its pids."""
+"""Shared helpers of the launch tests: write specs, run ``topo launch`` (a process forked from the session's preimported
+server, :mod:`tests.preimported`), find its pids."""
 from __future__ import annotations
 
 import glob
@@ -12,6 +13,8 @@ from typing import Any
 
 import psutil
 import yaml
+
+from tests import preimported
 
 HERE = Path(__file__).resolve().parent
 HANG_GUARD_S = 400  # a launch that runs this long is hung (not a speed target)
@@ -73,9 +76,9 @@ def launch(*args: Any, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 def guarded(args: list[str], env: dict, timeout: float = HANG_GUARD_S, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """``subprocess.run`` (text, captured) that, past ``timeout``, fails the test with where each process of the
-    command's tree was (``py-spy dump``) and the tail of what it printed, then ends the tree."""
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    """:func:`tests.preimported.run` (text, captured) that, past ``timeout``, fails the test with where each process
+    of the command's tree was (``py-spy dump``) and the tail of what it printed, then ends the tree."""
+    proc = preimported.popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

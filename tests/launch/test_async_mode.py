@@ -15,6 +15,7 @@ import topo
 
 from topo.runtime.rundir import RunDir
 
+from tests import preimported
 from tests.launch.launch_helpers import (HERE, LAUNCH_LIMITS, alive, guarded, records, started_pids, subprocess_env,
                                          toy_spec, wait_for, write)
 from tests.launch.script_events import parse
@@ -80,8 +81,8 @@ def test_async_rows_records_and_report(slow_run, monkeypatch):
     assert all(e["status"] in ("ok", "not observed") and not e.get("mismatches") for e in s["first_batch"])
     assert s["processes"]["left_behind"] == [] and s["processes"]["alive_after"] == []
     assert alive(started_pids(report), t_end) == []
-    shown = subprocess.run([sys.executable, "-m", "topo", "runs", "show", s["run_dir"], "--format", "json"], env=subprocess_env(),
-                           capture_output=True, text=True, timeout=120)
+    shown = preimported.run([sys.executable, "-m", "topo", "runs", "show", s["run_dir"], "--format", "json"], env=subprocess_env(),
+                            capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert "push left" in shown.stdout and "push right" in shown.stdout
 
@@ -223,9 +224,9 @@ def test_the_trainers_weights_reach_the_server_and_every_step_is_acted_with_the_
 def test_a_sigkilled_async_trainer_leaves_no_process_of_its_run(tmp_path):
     """The trainer dies while its env workers and server step on their own: the watcher ends them all."""
     spec = async_spec(tmp_path)
-    proc = subprocess.Popen([sys.executable, str(HERE / "async_trainer.py"), str(spec), str(tmp_path / "report"),
+    proc = preimported.popen([sys.executable, str(HERE / "async_trainer.py"), str(spec), str(tmp_path / "report"),
                              str(10**9)], env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True)
+                             text=True)
     try:
         run_dir = _event(proc, "batch")["run_dir"]
         named = {m["pid"] for m in RunDir(run_dir).read_all("markers") if m["name"] in ("constructed", "server")}

@@ -14,6 +14,7 @@ import pytest
 
 from topo.runtime.rundir import RunDir
 
+from tests import preimported
 from tests.launch.launch_helpers import HANG_GUARD_S, HERE, alive, subprocess_env, toy_spec, wait_for, write
 from tests.launch.script_events import parse
 from tests.launch.test_restarts import _event, _of_run, assert_nothing_left, of
@@ -23,9 +24,9 @@ pytestmark = pytest.mark.slow
 
 def background(tmp_path, *args) -> tuple[list[dict], dict, float]:
     spec = write(tmp_path / "toy.yaml", toy_spec(2, 2))
-    done = subprocess.run([sys.executable, str(HERE / "background_trainer.py"), str(spec), str(tmp_path / "report"),
+    done = preimported.run([sys.executable, str(HERE / "background_trainer.py"), str(spec), str(tmp_path / "report"),
                            *map(str, args)], env=subprocess_env(), capture_output=True, text=True,
-                          timeout=HANG_GUARD_S)
+                           timeout=HANG_GUARD_S)
     t_end = time.time()
     events = list(parse(done.stdout))
     assert done.returncode == 0 and not of(events, "starved"), done.stderr[-3000:]
@@ -102,9 +103,9 @@ def test_a_worker_killed_and_later_hung_in_the_background_restarts_from_its_row_
 def test_a_sigkilled_trainer_collecting_in_the_background_leaves_no_process(tmp_path):
     """The trainer dies while its subcollectors run free (after a pause and a push): the watcher ends them all."""
     spec = write(tmp_path / "toy.yaml", toy_spec(2, 2))
-    proc = subprocess.Popen([sys.executable, str(HERE / "background_trainer.py"), str(spec), str(tmp_path / "report"),
+    proc = preimported.popen([sys.executable, str(HERE / "background_trainer.py"), str(spec), str(tmp_path / "report"),
                              "--iterations", str(10**9)], env=subprocess_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+                             stderr=subprocess.DEVNULL, text=True)
     try:
         run_dir = _event(proc, "ready")["run_dir"]
         _event(proc, "iteration")  # paused, pushed, running free again

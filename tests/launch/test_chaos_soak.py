@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+from tests import preimported
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -14,7 +16,7 @@ def test_every_fault_is_found_named_and_recovered_and_nothing_is_lost_unnamed_or
     settle), longer where a loaded machine needs it for one of every kind, then each restart's recovery and the
     teardown; its length is the time the faults need to be random in time, one of each kind at least."""
     out = tmp_path / "soak.json"
-    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "chaos_soak.py"), "--topology", "2x2",
+    done = preimported.run([sys.executable, os.path.join(ROOT, "benchmarks", "chaos_soak.py"), "--topology", "2x2",
                            "--minutes", "0.5", "--mean-gap", "3", "--cycle", "--min-faults", "4",  # each of the 4 kinds
                            "--hang-timeout", "5", "--settle", "12",
                            "--sample-s", "2", "--out", str(out)], capture_output=True, text=True, timeout=900)

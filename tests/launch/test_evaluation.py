@@ -19,6 +19,7 @@ import yaml
 from topo.runtime.episodes import Episodes
 from topo.runtime.rundir import RUN_DIR_VAR
 
+from tests import preimported
 from tests.launch.launch_helpers import HANG_GUARD_S, LAUNCH_LIMITS, alive, subprocess_env, toy_spec, wait_for, write
 from tests.launch.script_events import parse
 
@@ -39,8 +40,8 @@ def eval_spec(tmp_path: Path, **eval_overrides) -> Path:
 
 
 def train(spec: Path, report: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    done = subprocess.run([sys.executable, str(HERE / "eval_trainer.py"), str(spec), "--report", str(report), *args],
-                          env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
+    done = preimported.run([sys.executable, str(HERE / "eval_trainer.py"), str(spec), "--report", str(report), *args],
+                           env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
     return done, list(parse(done.stdout))
 
 
@@ -110,9 +111,9 @@ def test_each_eval_episode_resolves_to_its_planned_episode_and_replays(trained):
         assert s["policy_versions"] == [s["eval_round"]] and s["steps"] > 0
     assert episodes.select(eval=False)  # and the training episodes beside them
     chosen = max(evals, key=lambda e: (e.start["eval_round"], e.end["steps"]))
-    replayed = subprocess.run([sys.executable, "-m", "topo", "replay", str(trained["report"]), str(chosen.id),
+    replayed = preimported.run([sys.executable, "-m", "topo", "replay", str(trained["report"]), str(chosen.id),
                                "--format", "json"], env=subprocess_env(), capture_output=True, text=True,
-                              timeout=HANG_GUARD_S)
+                               timeout=HANG_GUARD_S)
     out = json.loads(replayed.stdout)
     assert replayed.returncode == 0 and out["identical"] and out["steps"] == chosen.end["steps"], replayed.stdout
 
@@ -216,9 +217,9 @@ def test_topo_eval_evaluates_a_checkpoint_and_refuses_a_plan_without_eval(tmp_pa
     weights = tmp_path / "ckpt.pt"
     torch.save(make(action_dim=4, image_size=16, state_dim=8).state_dict(), weights)
     report = tmp_path / "report"
-    done = subprocess.run([sys.executable, "-m", "topo.cli", "eval", str(spec), "--weights", str(weights),
+    done = preimported.run([sys.executable, "-m", "topo.cli", "eval", str(spec), "--weights", str(weights),
                            "--rounds", "2", "--report", str(report)], env=subprocess_env(), capture_output=True,
-                          text=True, timeout=HANG_GUARD_S)
+                           text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[0].startswith("evaluation 1: ") and "policy version of the factory/checkpoint" in lines[0]
@@ -229,9 +230,9 @@ def test_topo_eval_evaluates_a_checkpoint_and_refuses_a_plan_without_eval(tmp_pa
     summary = json.loads((report / "summary.json").read_text())
     assert summary["constructions"]["by_role"] == {"trainer": 0, "server": 0, "subcollector": 0, "worker": 4}
     plain = write(tmp_path / "plain.yaml", toy_spec(1, 1, launch=dict(LAUNCH_LIMITS)))
-    refused = subprocess.run([sys.executable, "-m", "topo.cli", "eval", str(plain), "--policy",
+    refused = preimported.run([sys.executable, "-m", "topo.cli", "eval", str(plain), "--policy",
                               "topo.policies.tinyvla:make"], env=subprocess_env(), capture_output=True, text=True,
-                             timeout=120)
+                              timeout=120)
     assert refused.returncode == 2 and "this plan has no eval section" in refused.stderr
 
 
@@ -241,7 +242,7 @@ def test_topo_launch_evaluates_once_after_its_batches_and_reports_it(tmp_path):
     own env workers besides the run's."""
     spec = eval_spec(tmp_path, every=None)
     report = tmp_path / "report"
-    done = subprocess.run([sys.executable, "-m", "topo.cli", "launch", str(spec), "--batches", "2", "--report",
+    done = preimported.run([sys.executable, "-m", "topo.cli", "launch", str(spec), "--batches", "2", "--report",
                            str(report)], env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stderr[-3000:]
     s = json.loads((report / "summary.json").read_text())
@@ -250,7 +251,7 @@ def test_topo_launch_evaluates_once_after_its_batches_and_reports_it(tmp_path):
     assert "  evaluation: 1 round(s), 0 skipped; last: " in done.stdout
     assert "    eval workers: 4, env constructions trainer 0, server 0, subcollector 0, worker 4, env closes 4/4, " \
            "left behind 0, alive after 0" in done.stdout
-    no_eval = subprocess.run([sys.executable, "-m", "topo.cli", "launch", str(spec), "--no-eval", "--report",
+    no_eval = preimported.run([sys.executable, "-m", "topo.cli", "launch", str(spec), "--no-eval", "--report",
                               str(tmp_path / "plain")], env=subprocess_env(), capture_output=True, text=True,
-                             timeout=HANG_GUARD_S)
+                              timeout=HANG_GUARD_S)
     assert no_eval.returncode == 0 and "evaluation" not in no_eval.stdout

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+from tests import preimported
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -17,11 +19,11 @@ def test_fault_fuzz_async_every_fault_named_and_recovered_no_long_gap_no_stall_n
     21 s of faults and 15 s to settle, the last recoveries and teardown. A jammed run ends (its jam watch, 45 s
     without a batch) and fails here."""
     out = tmp_path / "fuzz.json"
-    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "chaos_soak.py"), "--preset", "fault-fuzz",
+    done = preimported.run([sys.executable, os.path.join(ROOT, "benchmarks", "chaos_soak.py"), "--preset", "fault-fuzz",
                            "--minutes", "0.6", "--min-faults", "6", "--hang-timeout", "5", "--continue-after", "1,10",
                            "--settle", "15", "--stall-timeout", "30", "--jam-s", "45", "--sample-s", "2",
                            "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
+                           capture_output=True, text=True, timeout=600)
     assert out.exists(), done.stderr[-4000:]
     r = json.loads(out.read_text())
     checks = {k: v for k, v in r["checks"].items() if k != "trainer_and_subcollectors_flat"}  # 36 s: too short

@@ -9,6 +9,7 @@ import pytest
 
 import topo
 
+from tests import preimported
 from tests.launch.launch_helpers import HANG_GUARD_S, subprocess_env, toy_spec, write
 
 pytestmark = pytest.mark.slow
@@ -31,8 +32,8 @@ if __name__ == "__main__":
 def test_a_training_loop_logs_the_runs_figures_to_csv(tmp_path):
     spec = write(tmp_path / "toy.yaml", toy_spec(1, 2))
     (tmp_path / "train.py").write_text(SCRIPT)
-    done = subprocess.run([sys.executable, str(tmp_path / "train.py"), str(spec), str(tmp_path / "logs")],
-                          env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
+    done = preimported.run([sys.executable, str(tmp_path / "train.py"), str(spec), str(tmp_path / "logs")],
+                           env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0 and done.stdout.split() == ["True"], done.stderr
     folder = tmp_path / "logs" / "run" / "scalars" / "topo"
     frames = topo.compile_spec(str(spec))["collector"]["frames_per_batch"]

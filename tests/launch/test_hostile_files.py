@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from topo.cli import main
 from topo.errors import RecordError
 
+from tests import preimported
 from tests.launch.hostile_files import EPISODE, cases, evil_checkpoint, evil_pickle, make, record_run
 from tests.launch.launch_helpers import subprocess_env, toy_spec, write
 
@@ -81,8 +82,8 @@ def test_a_checkpoint_that_is_not_weights_is_refused_and_never_run(tmp_path):
 def test_the_issues_crafted_record_is_refused_by_the_real_cli(base, tmp_path):
     marker = tmp_path / "ran"
     (case,) = [c for c in cases(marker) if c.name == "seed-state-numpy-evil-pickle"]
-    done = subprocess.run([sys.executable, "-m", "topo", *make(case, base, tmp_path)], capture_output=True, text=True,
-                          env=subprocess_env(), timeout=300)
+    done = preimported.run([sys.executable, "-m", "topo", *make(case, base, tmp_path)], capture_output=True, text=True,
+                           env=subprocess_env(), timeout=300)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "its numpy state is a pickle, which topo never unpickles" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 2, done.stderr  # the error and its hint
@@ -96,7 +97,7 @@ def test_the_issues_crafted_checkpoint_is_refused_by_the_real_cli(tmp_path):
                                                                           "state_dim": 8}}
     spec["eval"] = {"tasks": [0], "trials": 1, "workers": 1, "max_episode_steps": 4}
     evil = evil_checkpoint(marker, tmp_path / "evil.pt")
-    done = subprocess.run([sys.executable, "-m", "topo", "eval", str(write(tmp_path / "eval.yaml", spec)), "--weights",
+    done = preimported.run([sys.executable, "-m", "topo", "eval", str(write(tmp_path / "eval.yaml", spec)), "--weights",
                            str(evil)], capture_output=True, text=True, env=subprocess_env(), timeout=300)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert f"error: {evil}: a checkpoint that holds more than weights: its pickle calls posix.system" in done.stderr

@@ -13,6 +13,7 @@ import pytest
 import topo
 from topo.compiler.plan import dumps
 
+from tests import preimported
 from tests.launch.launch_helpers import (HANG_GUARD_S, LAUNCH_LIMITS, alive, assert_clean_launch,
                                         assert_first_batch_matches, command, launch, started_pids, subprocess_env,
                                         summary, toy_spec, user_spec, write)
@@ -47,8 +48,8 @@ def test_toy_2x3_from_spec_with_a_policy_from_the_command_line(tmp_path):
         "topo.policies.tinyvla:make", False, 0)
     assert [e["policy_versions"] for e in s["first_batch"]] == [None, None]  # no trainer weights: not versioned
     # `topo top` of the run that ended, named as the demo's user names it (relative, from the report's parent)
-    top = subprocess.run([sys.executable, "-m", "topo", "top", "report", "--once", "--format", "json"],
-                         env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=tmp_path)
+    top = preimported.run([sys.executable, "-m", "topo", "top", "report", "--once", "--format", "json"],
+                          env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=tmp_path)
     header = json.loads(top.stdout)["header"]
     assert (header["running"], header["ok"], header["batches"]) == (False, True, 2), top.stderr
     ended, launched = (Path(s["run_dir"], name).stat().st_mtime for name in ("summary.json", "launch.json"))
@@ -82,8 +83,8 @@ def test_a_plan_saved_before_the_house_moved_still_launches(tmp_path):
     imports, and it runs as it is (its spec is not beside it: not checked against it)."""
     saved = Path(__file__).parent / "plans" / "before-house.plan.json"
     report = tmp_path / "report"
-    result = subprocess.run(command(saved, "--report", report, "--quiet"), env=subprocess_env(), capture_output=True,
-                            text=True, timeout=HANG_GUARD_S, cwd=tmp_path)
+    result = preimported.run(command(saved, "--report", report, "--quiet"), env=subprocess_env(), capture_output=True,
+                             text=True, timeout=HANG_GUARD_S, cwd=tmp_path)
     t_end = time.time()
     assert result.returncode == 0, result.stderr
     plan = json.loads(saved.read_text())

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from tests import preimported
 from tests.launch.launch_helpers import (HANG_GUARD_S, alive, command, launch, records, started_pids, subprocess_env, summary,
                             toy_spec, user_spec, wait_for, write)
 
@@ -97,9 +98,9 @@ def started(tmp_path):
 def _start(tmp_path, spec: dict, *args) -> tuple[subprocess.Popen, object]:
     report = tmp_path / "report"
     # SIGINT as a terminal gives it, even when the tests run in a background job (which ignores it)
-    proc = subprocess.Popen(command(write(tmp_path / "spec.yaml", spec), "--report", report, "--quiet", *args),
-                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = preimported.popen(command(write(tmp_path / "spec.yaml", spec), "--report", report, "--quiet", *args),
+                             env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=preimported.default_sigint)
     return proc, report
 
 

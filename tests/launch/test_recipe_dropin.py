@@ -15,6 +15,7 @@ import torch
 from tensordict import TensorDict
 
 import topo
+from tests import preimported
 from tests.compiler.test_import import COMMITTED, imported_plan
 from tests.launch.launch_helpers import HANG_GUARD_S, HERE, LAUNCH_LIMITS, subprocess_env, toy_spec, write
 from tests.launch.script_events import parse
@@ -35,9 +36,9 @@ def test_the_recipes_loop_through_the_drop_in_collects_syncs_and_leaves_nothing(
     # episodes that end within a few steps (the toy env truncates none): whole trajectories reach the buffer
     env = {"backend": "toy", "kwargs": {"success_steps": 1, "state_dim": 8, "success_tol": 0.5}}
     spec = write(tmp_path / "toy.yaml", toy_spec(2, 2, env=env, launch=dict(LAUNCH_LIMITS)))
-    done = subprocess.run([sys.executable, str(HERE / "recipe_trainer.py"), str(spec), str(tmp_path / "report"),
+    done = preimported.run([sys.executable, str(HERE / "recipe_trainer.py"), str(spec), str(tmp_path / "report"),
                            "--iterations", "3"], env=subprocess_env(), capture_output=True, text=True,
-                          timeout=HANG_GUARD_S)
+                           timeout=HANG_GUARD_S)
     t_end = time.time()
     events = list(parse(done.stdout))
     assert done.returncode == 0 and not of(events, "starved"), done.stderr[-3000:]

@@ -13,6 +13,7 @@ import pytest
 from topo.runtime.episodes import Episodes
 from topo.launch.supervision.lives import restart_seed
 
+from tests import preimported
 from tests.launch.launch_helpers import HANG_GUARD_S, HERE, alive, subprocess_env, user_spec, write
 from tests.launch.script_events import parse
 
@@ -32,9 +33,9 @@ def recycled(tmp_path_factory):
     spec["launch"]["recycle"] = {"max_rss_gb": TOY_RSS_GB + 0.15, "max_latency_drift": 3, "max_episodes": 10}
     spec["launch"]["record_actions"] = True
     path = write(folder / "spec.yaml", spec)
-    done = subprocess.run([sys.executable, str(HERE / "recycling.py"), str(path), "--batches", str(BATCHES),
+    done = preimported.run([sys.executable, str(HERE / "recycling.py"), str(path), "--batches", str(BATCHES),
                            "--report", str(folder / "report")], env=subprocess_env(), capture_output=True, text=True,
-                          timeout=HANG_GUARD_S)
+                           timeout=HANG_GUARD_S)
     events = list(parse(done.stdout))
     return done, events, time.time(), folder / "report"
 
@@ -96,7 +97,7 @@ def test_an_episode_of_the_leaking_worker_replays_from_its_rows_in_each_life(rec
     assert before.end is None and before.chunks  # SIGKILLed with its subcollector: no end, chunks written
     assert after.summary()["seed"] == restart_seed(1, 1, 6)
     for e in (before, after):
-        replayed = subprocess.run([sys.executable, "-m", "topo", "replay", str(report_dir), str(e.id), "--format", "json"],
-                                  env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
+        replayed = preimported.run([sys.executable, "-m", "topo", "replay", str(report_dir), str(e.id), "--format", "json"],
+                                   env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
         out = json.loads(replayed.stdout)
         assert replayed.returncode == 0 and out["identical"] and out["steps"] > 0, (replayed.stdout, replayed.stderr)

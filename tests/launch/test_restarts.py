@@ -19,6 +19,7 @@ import topo
 from topo.runtime.episodes import EpisodeId, Episodes, episode_id, find_run
 from topo.runtime.rundir import RESTART_VAR, RUN_DIR_VAR, RunDir
 
+from tests import preimported
 from tests.launch.launch_helpers import (HANG_GUARD_S, HERE, LAUNCH_LIMITS, alive, assert_every_unclosed_env_is_named,
                                          launch, subprocess_env, summary, toy_spec, user_spec, wait_for, write)
 from tests.launch.script_events import parse
@@ -30,7 +31,7 @@ TRAINER = HERE / "trainer.py"
 
 def collect(tmp_path, spec: dict, *args) -> tuple[subprocess.CompletedProcess, list[dict]]:
     path = write(tmp_path / "spec.yaml", spec)
-    done = subprocess.run([sys.executable, str(COLLECT), str(path), "--report", str(tmp_path / "report"),
+    done = preimported.run([sys.executable, str(COLLECT), str(path), "--report", str(tmp_path / "report"),
                            *map(str, args)], env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
     return done, list(parse(done.stdout))
 
@@ -78,10 +79,10 @@ def killed_worker_run(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("killed-worker")
     report_dir = tmp_path / "report"
     spec = write(tmp_path / "toy.yaml", toy_spec(2, 2))
-    done = subprocess.run([sys.executable, str(TRAINER), str(spec), "--then", "kill-worker", "--restarts", "1",
+    done = preimported.run([sys.executable, str(TRAINER), str(spec), "--then", "kill-worker", "--restarts", "1",
                            "--iterations", "8", "--report", str(report_dir), "--record-actions",
                            "--max-frames-per-traj", "5"], env=subprocess_env(),
-                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+                           capture_output=True, text=True, timeout=HANG_GUARD_S)
     t_end = time.time()
     events = list(parse(done.stdout))
     return done, events, spec, report_dir, t_end
@@ -159,8 +160,8 @@ def test_a_recorded_episode_replays_bit_for_bit_and_an_altered_action_is_named(k
                   key=lambda e: e.id.episode) for life in ((0, 0), (3, 1))]
     for e in chosen:
         assert e.id.episode >= 1  # its reset follows earlier episodes: the recorded seed state is what matters
-        replayed = subprocess.run(topo_cli("replay", report_dir, str(e.id), "--format", "json"), env=subprocess_env(),
-                                  capture_output=True, text=True, timeout=HANG_GUARD_S)
+        replayed = preimported.run(topo_cli("replay", report_dir, str(e.id), "--format", "json"), env=subprocess_env(),
+                                   capture_output=True, text=True, timeout=HANG_GUARD_S)
         out = json.loads(replayed.stdout)
         assert replayed.returncode == 0 and out["identical"] and out["steps"] == e.end["steps"] > 0, replayed.stdout
         assert out["replayed_return"] == e.end["return"]
@@ -168,8 +169,8 @@ def test_a_recorded_episode_replays_bit_for_bit_and_an_altered_action_is_named(k
     altered = episodes.steps(e.id)["action.action"].copy()
     altered[1] += 0.25
     np.savez(tmp_path / "altered.npz", action=altered)
-    replayed = subprocess.run(topo_cli("replay", report_dir, str(e.id), "--actions", tmp_path / "altered.npz"),
-                              env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
+    replayed = preimported.run(topo_cli("replay", report_dir, str(e.id), "--actions", tmp_path / "altered.npz"),
+                               env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert replayed.returncode == 1 and "first difference at step 2: reward" in replayed.stdout, replayed.stdout
 
 
@@ -293,9 +294,9 @@ def test_sigkill_of_the_trainer_during_a_restart_leaves_no_process(tmp_path):
     (its worker 1 killed): the watcher ends the old processes and the new; every process of the run, found by
     its environment (forkservers included), is gone."""
     spec = write(tmp_path / "toy.yaml", toy_spec(2, 2))
-    proc = subprocess.Popen([sys.executable, str(TRAINER), str(spec), "--then", "kill-worker", "--restarts", "1",
+    proc = preimported.popen([sys.executable, str(TRAINER), str(spec), "--then", "kill-worker", "--restarts", "1",
                              "--iterations", str(10**9), "--report", str(tmp_path / "report")],
-                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                             env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         ready = _event(proc, "ready")
         run_dir = ready["run_dir"]
@@ -381,9 +382,9 @@ def test_blame_is_exact_over_repeated_kills_with_fork_workers(tmp_path):
     spec = restarting(2, 3, restarts=3)
     spec["topology"]["start_method"] = {"workers": "fork"}
     path = write(tmp_path / "spec.yaml", spec)
-    proc = subprocess.Popen([sys.executable, str(COLLECT), str(path), "--report", str(tmp_path / "report"),
+    proc = preimported.popen([sys.executable, str(COLLECT), str(path), "--report", str(tmp_path / "report"),
                              "--after", str(10**6)],
-                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                             env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     rng = random.Random(11)
     killed = []
     try:

@@ -19,6 +19,7 @@ import pytest
 import topo
 from topo.runtime.episodes import Episodes
 
+from tests import preimported
 from tests.launch.launch_helpers import HANG_GUARD_S, HERE, LAUNCH_LIMITS, alive, subprocess_env, toy_spec, write
 from tests.launch.script_events import parse
 from tests.launch.test_evaluation import of_runs
@@ -27,10 +28,10 @@ BATCHES, KILLED_AFTER, WORKERS, EVERY = 40, 20, 4, 5
 
 
 def train(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    done = subprocess.run([sys.executable, str(HERE / "resume_trainer.py"), str(tmp_path / "spec.yaml"), "--report",
+    done = preimported.run([sys.executable, str(HERE / "resume_trainer.py"), str(tmp_path / "spec.yaml"), "--report",
                            str(tmp_path / "report"), "--checkpoint", str(tmp_path / "ckpt.pt"), "--batches",
                            str(BATCHES), *args], env=subprocess_env(), capture_output=True, text=True,
-                          timeout=HANG_GUARD_S)
+                           timeout=HANG_GUARD_S)
     return done, list(parse(done.stdout))
 
 
@@ -111,8 +112,8 @@ def test_the_evaluation_rounds_continue_on_their_schedule(resumed):
 @pytest.mark.slow
 @pytest.mark.parametrize("run, episode", [("run1", "w1-r0-e7"), ("run2", "w3-r1-e12")])
 def test_an_episode_from_before_and_one_from_after_replay_bit_for_bit(resumed, run, episode):
-    done = subprocess.run([sys.executable, "-m", "topo", "replay", resumed[run], episode], env=subprocess_env(),
-                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+    done = preimported.run([sys.executable, "-m", "topo", "replay", resumed[run], episode], env=subprocess_env(),
+                           capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "every step identical to the recording" in done.stdout
 

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests import preimported
 from tests.launch.launch_helpers import HANG_GUARD_S, HERE, subprocess_env, toy_spec, write
 from tests.launch.script_events import parse
 from tests.launch.test_restarts import assert_nothing_left, of
@@ -21,9 +22,9 @@ def test_a_restarted_subcollector_asks_the_server_through_its_slot_with_the_push
     started again (a new process, its workers and its client), 3 iterations."""
     report_dir = tmp_path / "report"
     spec = write(tmp_path / "toy.yaml", toy_spec(2, 2))
-    done = subprocess.run([sys.executable, str(HERE / "trainer.py"), str(spec), "--placement", "server", "--then",
+    done = preimported.run([sys.executable, str(HERE / "trainer.py"), str(spec), "--placement", "server", "--then",
                            "kill-worker", "--restarts", "1", "--iterations", "3", "--report", str(report_dir)],
-                          env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
+                           env=subprocess_env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
     t_end = time.time()
     events = list(parse(done.stdout))
     assert done.returncode == 0 and not of(events, "launch-error"), done.stderr

@@ -13,6 +13,7 @@ import pytest
 import topo
 from topo.errors import UsageError
 
+from tests import preimported
 from tests.launch.launch_helpers import HANG_GUARD_S, HERE, alive, subprocess_env, toy_spec, write
 from tests.launch.script_events import parse
 
@@ -23,8 +24,8 @@ ROOT = HERE.parent.parent
 
 def train(tmp_path, *args, spec=None) -> tuple[subprocess.CompletedProcess, list[dict]]:
     spec = spec or write(tmp_path / "toy.yaml", toy_spec(2, 2))
-    done = subprocess.run([sys.executable, str(TRAINER), str(spec), *map(str, args)], env=subprocess_env(),
-                          capture_output=True, text=True, timeout=HANG_GUARD_S)
+    done = preimported.run([sys.executable, str(TRAINER), str(spec), *map(str, args)], env=subprocess_env(),
+                           capture_output=True, text=True, timeout=HANG_GUARD_S)
     events = list(parse(done.stdout))
     return done, events
 
@@ -169,9 +170,9 @@ def test_a_subcollector_killed_while_collecting_is_named_and_a_weight_update_nev
 
 
 def test_the_grpo_example_trains_on_the_toy_topology(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "train_grpo.py"), str(ROOT / "examples" / "toy_2x3.yaml"),
+    done = preimported.run([sys.executable, str(ROOT / "examples" / "train_grpo.py"), str(ROOT / "examples" / "toy_2x3.yaml"),
                            "--iterations", "3", "--report", str(tmp_path / "report")], env=subprocess_env(),
-                          capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=tmp_path)
+                           capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith("iteration")]
     assert [line.split("acted with weights ")[1].split(",")[0] for line in lines] == ["v[0]", "v[1]", "v[2]"]
@@ -182,8 +183,8 @@ def test_the_grpo_example_trains_on_the_toy_topology(tmp_path):
 
 def test_the_quickstart_runs_as_written():
     """examples/quickstart.py, the README's five lines, from the repository root as the README says."""
-    done = subprocess.run([sys.executable, "examples/quickstart.py"], env=subprocess_env(), capture_output=True,
-                          text=True, timeout=HANG_GUARD_S, cwd=ROOT)
+    done = preimported.run([sys.executable, "examples/quickstart.py"], env=subprocess_env(), capture_output=True,
+                           text=True, timeout=HANG_GUARD_S, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     lines = [line.strip() for line in done.stdout.splitlines()]
     assert lines[0].startswith("run ok: 2 subcollector(s), 6 env workers, batches per subcollector [3, 3]"), done.stdout

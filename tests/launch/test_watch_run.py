@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from tests import preimported
 from tests.launch.launch_helpers import (HANG_GUARD_S, LAUNCH_LIMITS, alive, command, records, started_pids,
                                          subprocess_env, summary, toy_spec, user_spec, wait_for, write)
 
@@ -22,8 +23,8 @@ pytestmark = pytest.mark.slow
 
 
 def topo(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "topo", *map(str, args)], env=subprocess_env(), capture_output=True,
-                          text=True, timeout=120)
+    return preimported.run([sys.executable, "-m", "topo", *map(str, args)], env=subprocess_env(), capture_output=True,
+                           text=True, timeout=120)
 
 
 def test_top_and_trace_of_a_run_with_a_restart_and_an_evaluation(tmp_path):
@@ -34,9 +35,9 @@ def test_top_and_trace_of_a_run_with_a_restart_and_an_evaluation(tmp_path):
                                                                          "state_dim": 8}}
     data["eval"] = {"tasks": [0, 1], "trials": 1, "workers": 2, "max_episode_steps": 6}
     report = tmp_path / "report"
-    proc = subprocess.Popen(command(write(tmp_path / "spec.yaml", data), "--report", report, "--quiet",
+    proc = preimported.popen(command(write(tmp_path / "spec.yaml", data), "--report", report, "--quiet",
                                     "--batches", 60), env=subprocess_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                             stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: (report.exists() and records(report, "observed")), what="a batch")
         (victim,) = [m["pid"] for m in records(report, "markers")
@@ -86,9 +87,9 @@ def test_topo_top_of_64_workers_shows_each_one_hung_before_its_restart_and_recyc
                      hang_after=30, rebuild_s=3)
     data["launch"].update(hang_timeout=10, restarts={"max": 1}, recycle={"max_episodes": 4})
     report = tmp_path / "report"
-    proc = subprocess.Popen(command(write(tmp_path / "spec.yaml", data), "--report", report, "--quiet", "--force",
+    proc = preimported.popen(command(write(tmp_path / "spec.yaml", data), "--report", report, "--quiet", "--force",
                                     "--batches", 60), env=subprocess_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                             stderr=subprocess.PIPE, text=True)
     seen: dict[tuple[int, int], list[str]] = {}  # each worker's states, in the order top showed them
     hung_before_restart = False
     try:

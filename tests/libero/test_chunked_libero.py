@@ -10,6 +10,7 @@ import time
 import pytest
 import yaml
 
+from tests import preimported
 from tests.launch.launch_helpers import alive, started_pids
 from tests.libero.libero_helpers import ROOT, needs_libero
 
@@ -25,8 +26,8 @@ def test_libero_acts_in_chunks_in_each_worker(tmp_path, example):
     path, report_dir = tmp_path / example, tmp_path / "report"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     env = {**os.environ, "MUJOCO_GL": "egl"}
-    done = subprocess.run([sys.executable, "-m", "topo", "launch", str(path), "--report", str(report_dir)],
-                          capture_output=True, text=True, timeout=900, cwd=ROOT, stdin=subprocess.DEVNULL, env=env)
+    done = preimported.run([sys.executable, "-m", "topo", "launch", str(path), "--report", str(report_dir)],
+                           capture_output=True, text=True, timeout=900, cwd=ROOT, stdin=subprocess.DEVNULL, env=env)
     t_end = time.time()
     assert done.returncode == 0, done.stderr[-4000:]
     s = json.loads((report_dir / "summary.json").read_text())
@@ -40,7 +41,7 @@ def test_libero_acts_in_chunks_in_each_worker(tmp_path, example):
     assert s["processes"]["left_behind"] == [] and s["processes"]["alive_after"] == []
     assert alive(started_pids(report_dir), t_end) == []
     if example == "libero_chunked.yaml":
-        replayed = subprocess.run([sys.executable, "-m", "topo", "replay", str(report_dir), "w0-r0-e0", "--format",
+        replayed = preimported.run([sys.executable, "-m", "topo", "replay", str(report_dir), "w0-r0-e0", "--format",
                                    "json"], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
         out = json.loads(replayed.stdout)
         assert replayed.returncode == 0 and out["identical"] and out["steps"] == 2, (replayed.stdout, replayed.stderr[-2000:])

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from tests import preimported
 from tests.libero.libero_helpers import ROOT, needs_libero
 
 pytestmark = [pytest.mark.libero, pytest.mark.slow, needs_libero]
@@ -16,8 +17,8 @@ SPEC = os.path.join(ROOT, "examples", "libero_cpu_eval.yaml")
 
 
 def topo_(*args):
-    return subprocess.run([sys.executable, "-m", "topo.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=900, cwd=ROOT, stdin=subprocess.DEVNULL, env={**os.environ, "MUJOCO_GL": "egl"})
+    return preimported.run([sys.executable, "-m", "topo.cli", *map(str, args)], capture_output=True, text=True,
+                           timeout=900, cwd=ROOT, stdin=subprocess.DEVNULL, env={**os.environ, "MUJOCO_GL": "egl"})
 
 
 @pytest.fixture(scope="module")

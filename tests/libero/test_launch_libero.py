@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from tests import preimported
 from tests.libero.libero_helpers import ROOT, needs_libero
 
 pytestmark = [pytest.mark.libero, pytest.mark.slow, needs_libero]
@@ -38,9 +39,9 @@ def test_launch_with_egl_ids_and_the_device_zero_fallback(tmp_path):
     fallback; the report says which numbering each worker resolved."""
     spec, report_dir = tmp_path / "egl.yaml", tmp_path / "report"
     spec.write_text(EGL_SPEC)
-    proc = subprocess.run([sys.executable, "-m", "topo.cli", "launch", str(spec), "--report", str(report_dir),
+    proc = preimported.run([sys.executable, "-m", "topo.cli", "launch", str(spec), "--report", str(report_dir),
                            "--batches", "1"], capture_output=True, text=True, timeout=900, cwd=ROOT,
-                          stdin=subprocess.DEVNULL, env={**os.environ, "MUJOCO_GL": "egl"})
+                           stdin=subprocess.DEVNULL, env={**os.environ, "MUJOCO_GL": "egl"})
     assert proc.returncode == 0, proc.stderr[-4000:]
     devices = json.loads((report_dir / "summary.json").read_text())["render_devices"]
     got = sorted((d["planned"], d["numbering"], d["egl_device"], d["fallback"], d["workers"]) for d in devices)

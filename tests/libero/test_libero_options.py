@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from tests import preimported
 from tests.libero.libero_helpers import ROOT, needs_libero, run_python
 
 pytestmark = [pytest.mark.libero, needs_libero]
@@ -207,8 +208,8 @@ assignment: {{tasks: 0-1}}
 
 
 def topo(*args):
-    return subprocess.run([sys.executable, "-m", "topo.cli", "cache", *map(str, args)], capture_output=True, text=True,
-                          timeout=600, cwd=ROOT, stdin=subprocess.DEVNULL)
+    return preimported.run([sys.executable, "-m", "topo.cli", "cache", *map(str, args)], capture_output=True, text=True,
+                           timeout=600, cwd=ROOT, stdin=subprocess.DEVNULL)
 
 
 def test_cache_warm_compiles_each_task_once_and_builds_hit(tmp_path):

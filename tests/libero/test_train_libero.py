@@ -13,6 +13,7 @@ import pytest
 import topo
 from topo.runtime.episodes import Episodes, find_run
 
+from tests import preimported
 from tests.launch.script_events import parse
 from tests.libero.libero_helpers import needs_libero
 
@@ -28,9 +29,9 @@ def libero_training(tmp_path_factory):
 
     tmp_path = tmp_path_factory.mktemp("libero-train")
     env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
-    done = subprocess.run([sys.executable, str(TRAINER), str(SPEC), "--iterations", "4", "--record-actions",
+    done = preimported.run([sys.executable, str(TRAINER), str(SPEC), "--iterations", "4", "--record-actions",
                            "--max-frames-per-traj", "2", "--report", str(tmp_path / "report")],
-                          capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
+                           capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
     events = list(parse(done.stdout))
     return done, events, tmp_path / "report", env
 
@@ -78,9 +79,9 @@ def test_a_libero_episode_resolves_to_its_row_and_replays_bit_for_bit(libero_tra
         assert s["init_state"] is not None and set(s["policy_versions"]) == versions
     second = episodes.get("w0-r0-e1")
     assert second.end["steps"] == 2 and second.summary()["recorded_actions"]
-    replayed = subprocess.run([sys.executable, "-m", "topo", "replay", str(report_dir), "w0-r0-e1", "--format", "json",
+    replayed = preimported.run([sys.executable, "-m", "topo", "replay", str(report_dir), "w0-r0-e1", "--format", "json",
                                "--video", str(tmp_path / "w0-r0-e1.png")],
-                              capture_output=True, text=True, timeout=600, env=env)
+                               capture_output=True, text=True, timeout=600, env=env)
     out = json.loads(replayed.stdout)
     assert replayed.returncode == 0 and out["identical"] and out["steps"] == 2, (replayed.stdout, replayed.stderr[-2000:])
     assert (tmp_path / "w0-r0-e1.png").stat().st_size > 0

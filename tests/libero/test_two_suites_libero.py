@@ -11,6 +11,7 @@ import pytest
 
 from topo.backends.libero import suite_catalog
 
+from tests import preimported
 from tests.libero.libero_helpers import ROOT, needs_libero
 
 pytestmark = [pytest.mark.libero, pytest.mark.slow, needs_libero]
@@ -47,8 +48,8 @@ def test_two_suites_train_in_their_own_subcollectors_and_a_third_evaluates(tmp_p
     env = {**os.environ, "MUJOCO_GL": "egl"}
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
-    done = subprocess.run([sys.executable, str(script), SPEC, str(tmp_path / "train")], capture_output=True, text=True,
-                          timeout=900, cwd=ROOT, stdin=subprocess.DEVNULL, env=env)
+    done = preimported.run([sys.executable, str(script), SPEC, str(tmp_path / "train")], capture_output=True, text=True,
+                           timeout=900, cwd=ROOT, stdin=subprocess.DEVNULL, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     spatial, objects = language("libero_spatial", (0, 1)), language("libero_object", (0, 1))
@@ -62,9 +63,9 @@ def test_two_suites_train_in_their_own_subcollectors_and_a_third_evaluates(tmp_p
     assert report["processes"]["left_behind"] == [] and report["processes"]["alive_after"] == []
     print(f"2 x 2, two suites: all ready {report['timings_s']['all_ready']:.1f} s")
 
-    evaluated = subprocess.run([sys.executable, "-m", "topo.cli", "eval", SPEC, "--rounds", "1", "--report",
+    evaluated = preimported.run([sys.executable, "-m", "topo.cli", "eval", SPEC, "--rounds", "1", "--report",
                                 str(tmp_path / "eval")], capture_output=True, text=True, timeout=900, cwd=ROOT,
-                               stdin=subprocess.DEVNULL, env=env)
+                                stdin=subprocess.DEVNULL, env=env)
     assert evaluated.returncode == 0, evaluated.stderr[-4000:]
     result = json.loads((tmp_path / "eval" / "eval" / "round-001.json").read_text())
     goal = suite_catalog("libero_goal").language

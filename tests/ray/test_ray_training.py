@@ -30,6 +30,7 @@ from topo.runtime.episodes import Episodes
 from topo.launch.ray.records import NODE_RUNS
 from topo.runtime.rundir import RunDir
 
+from tests import preimported
 from tests.launch.script_events import parse
 from tests.launch.launch_helpers import assert_every_unclosed_env_is_named
 from tests.libero.libero_helpers import needs_libero
@@ -77,9 +78,9 @@ def cluster(nodes):
 def start_trainer(tmp: Path, address: str, name: str, *args: str, spec_data: dict | None = None) -> subprocess.Popen:
     spec = tmp / f"{name}.yaml"
     spec.write_text(yaml.safe_dump(spec_data or two_node_spec(address), sort_keys=False))
-    return subprocess.Popen([sys.executable, str(TRAINER), str(spec), "--report", str(tmp / name),
+    return preimported.popen([sys.executable, str(TRAINER), str(spec), "--report", str(tmp / name),
                              "--iterations", str(ITERATIONS), *args], cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**ENV, "PYTHONPATH": str(ROOT)}, start_new_session=True)
+                             text=True, env={**ENV, "PYTHONPATH": str(ROOT)}, start_new_session=True)
 
 
 def events_of(stdout):
@@ -92,15 +93,15 @@ def node_dirs(run_dir: str) -> list[str]:
 
 
 def look(report: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "topo", "top", str(report), "--once", "--format", "json"],
-                          capture_output=True, text=True, env={**ENV, "PYTHONPATH": str(ROOT)}, timeout=HANG_GUARD_S)
+    return preimported.run([sys.executable, "-m", "topo", "top", str(report), "--once", "--format", "json"],
+                           capture_output=True, text=True, env={**ENV, "PYTHONPATH": str(ROOT)}, timeout=HANG_GUARD_S)
 
 
 def doctor(tmp_path: Path, spec: dict, *args: str, env: dict = ENV) -> subprocess.CompletedProcess:
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return subprocess.run([sys.executable, "-m", "topo", "doctor", str(path), *args], cwd=tmp_path, capture_output=True,
-                          text=True, env={**env, "PYTHONPATH": str(ROOT)}, timeout=DOCTOR_GUARD_S)
+    return preimported.run([sys.executable, "-m", "topo", "doctor", str(path), *args], cwd=tmp_path, capture_output=True,
+                           text=True, env={**env, "PYTHONPATH": str(ROOT)}, timeout=DOCTOR_GUARD_S)
 
 
 # topo doctor on the cluster, first: it reads the cluster as it stands before any run
@@ -279,8 +280,8 @@ def test_episodes_of_both_nodes_resolve_and_one_of_node_b_replays(training):
     for value, versions in seen.items():
         assert set(episodes.get(value).summary()["policy_versions"]) == versions
     on_b = next(e for e in episodes if not e.id.eval and e.row["subcollector"] == 1 and e.chunks)
-    done = subprocess.run([sys.executable, "-m", "topo", "replay", s["run_dir"], str(on_b.id), "--format", "json"],
-                          capture_output=True, text=True, env={**ENV, "PYTHONPATH": str(ROOT)}, timeout=HANG_GUARD_S)
+    done = preimported.run([sys.executable, "-m", "topo", "replay", s["run_dir"], str(on_b.id), "--format", "json"],
+                           capture_output=True, text=True, env={**ENV, "PYTHONPATH": str(ROOT)}, timeout=HANG_GUARD_S)
     out = json.loads(done.stdout)
     assert done.returncode == 0 and out["identical"] and out["steps"] > 0, (done.stdout, done.stderr[-2000:])
 
@@ -533,9 +534,9 @@ def async_spec(address: str) -> dict:
 def start_async(tmp: Path, address: str, *args: str) -> subprocess.Popen:
     spec = tmp / "spec.yaml"
     spec.write_text(yaml.safe_dump(async_spec(address), sort_keys=False))
-    return subprocess.Popen([sys.executable, str(ASYNC_TRAINER), str(spec), str(tmp / "report"), *args],
-                            cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**ENV, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "launch")])})
+    return preimported.popen([sys.executable, str(ASYNC_TRAINER), str(spec), str(tmp / "report"), *args],
+                             cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                             env={**ENV, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "launch")])})
 
 
 def test_async_on_two_nodes_batches_pushes_and_a_killed_and_a_stopped_worker_on_node_b_restarted(cluster, tmp_path):
