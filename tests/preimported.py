@@ -1,6 +1,6 @@
 """Python commands of the tests (``topo launch``, a trainer script) forked from one process per test session that
-imported torch, torchrl and topo once, rather than each importing them anew: ~3-8 s of CPU a process on this machine,
-and a local launch starts two (its trainer and the run's forkserver), the suite's largest cost.
+imported torch, torchrl and topo once, rather than each importing them anew: 3-9 s a process on this machine (by the
+day), and a local launch starts two (its trainer and the run's forkserver), the suite's largest cost.
 
 :func:`popen` and :func:`run` take ``subprocess``'s arguments. A command ``[sys.executable, "-m" MODULE | SCRIPT |
 "-c" CODE, ...]`` runs in a child forked from the server: the request's environment, working directory, argv,
@@ -10,7 +10,8 @@ reports each child's wait status, so what the test holds is a ``subprocess.Popen
 wait, communicate, signals. What stays the server's: the exec-time environment (``/proc/PID/environ``: topo reads
 it only of the processes a run starts, and the run's forkserver is still exec'd), what its imports read of the
 environment (a command whose :data:`IMPORT_TIME` variables differ forks from a server started with them), and the
-hash seed (a test of reproducibility across processes runs its commands with ``subprocess``). Any other command runs as ``subprocess`` runs it; ``TOPO_TEST_PREIMPORTED=0``, every command.
+hash seed (a test of reproducibility across processes runs its commands with ``subprocess``). Any other command runs
+as ``subprocess`` runs it; with ``TOPO_TEST_PREIMPORTED=0``, every command does.
 """
 from __future__ import annotations
 
@@ -355,9 +356,9 @@ def _child(request: dict, fds: list[int], base_path: list[str]) -> None:
 
     import numpy
 
-    multiprocessing.current_process().authkey = os.urandom(32)  # a fresh interpreter's, as its global streams:
-
-    numpy.random.seed(int.from_bytes(os.urandom(4), "little"))  # (``random`` reseeds itself in a forked child)
+    # a fresh interpreter's own authkey and numpy stream (``random`` reseeds itself in a forked child)
+    multiprocessing.current_process().authkey = os.urandom(32)
+    numpy.random.seed(int.from_bytes(os.urandom(4), "little"))
     kind, target = request["kind"], request["target"]
     first = os.path.dirname(os.path.realpath(target)) if kind == "script" else (os.getcwd() if kind == "module" else "")
     extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -374,7 +375,7 @@ def _child(request: dict, fds: list[int], base_path: list[str]) -> None:
             runpy._run_module_as_main(target, alter_argv=True)  # what ``python -m`` runs
         elif kind == "script":
             sys.argv = [target, *request["argv"]]
-            main.__file__, main.__cached__, main.__spec__ = target, None, None
+            main.__file__, main.__cached__ = target, None
             with open(target, "rb") as f:
                 source = f.read()
             exec(compile(source, target, "exec"), main.__dict__)

@@ -8,6 +8,7 @@ import sys
 import textwrap
 import time
 
+import psutil
 import pytest
 
 from tests import preimported
@@ -180,7 +181,6 @@ def test_the_server_ends_with_the_test_process_and_a_dead_server_is_started_agai
 
 def _running(pid: int) -> bool:
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False

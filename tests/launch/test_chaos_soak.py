@@ -3,7 +3,6 @@ of each kind in turn every few seconds (a worker SIGKILLed, a worker SIGSTOPped,
 SIGKILLed), on real torchrl processes. The 30-minute soaks are committed in benchmarks/results/."""
 import json
 import os
-import subprocess
 import sys
 
 from tests import preimported

@@ -4,7 +4,6 @@ torchrl processes: every fault named and recovered, no gap between batches over 
 watchdog silent, nothing left. The 10-minute fuzz is committed in benchmarks/results/fault_fuzz_toy_async.json."""
 import json
 import os
-import subprocess
 import sys
 
 from tests import preimported

@@ -2,7 +2,6 @@
 the figures at growing frame counts, the last one the run's."""
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest

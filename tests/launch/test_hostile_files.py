@@ -7,7 +7,6 @@ a fresh process each.
 """
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 

@@ -3,7 +3,6 @@ instruction / group / seed in every worker, every env closed, no process left, c
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path

@@ -5,7 +5,6 @@ logic without processes."""
 from __future__ import annotations
 
 import pickle
-import subprocess
 import sys
 import tempfile
 import time

@@ -4,7 +4,6 @@ once, with restart seeds, no restart budget spent and no batch lost; nothing the
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 

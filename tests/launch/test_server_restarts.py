@@ -3,7 +3,6 @@ worker was killed gets a working client (its predecessor's slot) and acts with t
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 

@@ -4,7 +4,6 @@ every env in its worker, each subcollector collects its planned instructions, an
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
