@@ -35,11 +35,14 @@ def free_port() -> int:
 
 class RayHead:
     """One head node on 127.0.0.1 with ``cpus`` CPUs, custom ``resources``, and its own ports and temp dir; with a
-    ``token``, Ray's token authentication on (``env``: what a driver of it needs)."""
+    ``token``, Ray's token authentication on (``env``: what a driver of it needs); with ``tmpdir``, its processes'
+    and drivers' ``TMPDIR`` (what they leave there is theirs alone)."""
 
     def __init__(self, cpus: int = 2, timeout: float = 60.0, resources: dict[str, float] | None = None,
-                 token: str | None = None):
+                 token: str | None = None, tmpdir: str | None = None):
         self.env = {**ENV, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token} if token else ENV
+        if tmpdir:
+            self.env = {**self.env, "TMPDIR": tmpdir}
         # Ray's unix sockets live under the temp dir: keep its path short (pytest's tmp_path is too long)
         self.temp_dir = tempfile.mkdtemp(prefix="topo-ray-")
         ports = {flag: free_port() for flag in PORT_FLAGS}

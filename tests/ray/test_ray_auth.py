@@ -6,12 +6,16 @@ closed before the actors die, no process left once the head stops (the module's 
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import shutil
+import tempfile
 import time
 
 import pytest
 
 import topo
+from topo.launch.ray.records import NODE_RUNS
 from tests.ray.ray_head_helpers import ENV, RayHead
 from tests.ray.test_ray_training import doctor
 from tests.ray.test_ray_launch import alive, assert_clean_remote_launch, launch, needs_ray, toy_ray_spec
@@ -22,11 +26,13 @@ REFUSED = "refuses a client without its token, and this process sends none: set 
 
 @pytest.fixture(scope="module")
 def head():
-    head = RayHead(cpus=2, token=secrets.token_hex(32))
+    tmpdir = tempfile.mkdtemp(prefix="topo-tmp-")  # short: multiprocessing's sockets go there
+    head = RayHead(cpus=2, token=secrets.token_hex(32), tmpdir=tmpdir)
     try:
         yield head
     finally:
         head.stop()
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def small(address: str) -> dict:
@@ -37,6 +43,9 @@ def small(address: str) -> dict:
 
 
 def test_doctor_with_the_token_finds_the_cluster_closed_to_others(head, tmp_path):
+    """``topo doctor`` with the token: the auth check is ok, no warning about it. Its length (30 s beside two CPU
+    hogs): a doctor whose Ray task on the head starts probes that import torch and torchrl, forked from a server of
+    its own (Ray reads the token at import: tests/preimported.py), which starts here."""
     result = doctor(tmp_path, small(head.address), env=head.env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"ok    auth       the Ray cluster at {head.address} refuses a client without its token\n" in result.stdout
@@ -44,6 +53,10 @@ def test_doctor_with_the_token_finds_the_cluster_closed_to_others(head, tmp_path
 
 
 def test_without_the_token_doctor_and_launch_stop_at_once_naming_it(head, tmp_path):
+    """Without the token, doctor and launch each exit 1 at once, naming the variables, and start nothing. Its length
+    (31 s beside two CPU hogs): two commands, each forked from a server for its own Ray variables (one not started
+    before in its test process starts here: an import of torch and torchrl); the 60 s bound holds Ray's retries
+    off (20 s each)."""
     start = time.monotonic()
     checked = doctor(tmp_path, small(head.address), env=ENV)  # RAY_AUTH_MODE=disabled
     launched, _ = launch(tmp_path, "refused", small(head.address), env={**ENV, "RAY_AUTH_MODE": ""})
@@ -57,12 +70,17 @@ def test_without_the_token_doctor_and_launch_stop_at_once_naming_it(head, tmp_pa
 def test_sync_and_async_launches_with_the_token_run_on_the_head_and_leave_nothing(head, tmp_path):
     """Two launches on the module's head with the token (sync and async; spawned workers, children of the actors),
     each with its actors and their env workers started and torn down, then the head stopped: nothing of them is left.
-    The module's last test (it stops the head); two launches, one after the other, make its length."""
+    The module's last test (it stops the head); two launches, one after the other, make its length. Nothing of
+    theirs is left in the temp directory either: each actor's multiprocessing directory (its forkserver's socket),
+    which its SIGKILL by Ray left in /tmp before, is removed before it."""
     runs = {sync: launch(tmp_path, "sync" if sync else "async", toy_ray_spec(head.address, sync), "--batches",
                          "2" if sync else "8", env=head.env)  # 2 actors x 1 CPU; 4 env workers Ray does not count
             for sync in (True, False)}
     head.stop()
     stopped = time.time()
+    left = sorted(os.listdir(head.env["TMPDIR"]))
+    assert [name for name in left if name.startswith("pymp-")] == [], left  # multiprocessing's, of any process
+    assert os.listdir(os.path.join(head.env["TMPDIR"], NODE_RUNS)) == []  # each node's run directory, pulled
     for sync, (result, spec) in runs.items():
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         assert "left behind 0, alive after 0" in result.stdout

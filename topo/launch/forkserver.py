@@ -76,6 +76,18 @@ def end(grace: float = GRACE_S) -> None:
                 time.sleep(0.02)
 
 
+def remove_temp_dir() -> None:
+    """Remove this process's multiprocessing temp directory now, as its exit would (the finalizer that
+    ``get_temp_dir`` registered, run once): it holds its forkserver's socket. For a process about to be SIGKILLed,
+    a Ray actor (Ray ends it so), whose directory would otherwise stay in the temp dir, one per actor and run."""
+    from multiprocessing import util
+
+    for finalizer in list(util._finalizer_registry.values()):
+        if getattr(finalizer, "_callback", None) is util._remove_temp_dir:
+            with contextlib.suppress(OSError):  # removed already: nothing left to do
+                finalizer()
+
+
 def _reap(pid: int) -> None:
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)

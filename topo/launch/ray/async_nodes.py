@@ -29,6 +29,7 @@ from typing import Any, Iterator
 
 from topo.errors import LaunchError
 from topo.runtime.rundir import RUN_DIR_VAR
+from topo.launch import forkserver
 from topo.launch.supervision import teardown
 
 NODES = "nodes"  # the trainer's run directory: each node's run directory, under its node id's first 12 characters
@@ -144,6 +145,7 @@ class AsyncNode:
         if self.run is None:
             return None
         self.run.close()
+        forkserver.remove_temp_dir()  # Ray SIGKILLs this actor next: its exit would have removed it
         if self.run.report is None:
             return None
         return {**{k: v for k, v in self.run.report.data.items() if k != "plan"}, "rows": self.rows,

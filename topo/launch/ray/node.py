@@ -28,7 +28,7 @@ from torchrl.collectors import Collector
 
 from topo.runtime import heartbeat
 from topo.runtime.rundir import NODE_VAR, RESTART_VAR, RUN_DIR_VAR, RunDir, start_eval_round
-from topo.launch import boundary
+from topo.launch import boundary, forkserver
 from topo.launch.ray import placement as ray_placement
 from topo.launch.ray.records import NODE_RUNS, node_files, records_dir
 
@@ -127,10 +127,20 @@ class NodeCollector(Collector):
         start_eval_round(RunDir(self._topo_run_dir), number)
 
     def topo_end_workers(self) -> None:
-        """SIGKILL this actor's env workers (its subcollector is being replaced; its env cannot close)."""
+        """SIGKILL this actor's env workers (its subcollector is being replaced; its env cannot close), and remove
+        its temp directory (Ray SIGKILLs the actor next)."""
         for proc in boundary.env_worker_processes(self.env):
             with contextlib.suppress(ValueError, OSError):  # closed (torchrl ended it) or gone
                 proc.kill()
+        forkserver.remove_temp_dir()
+
+    def shutdown(self, *args: Any, **kwargs: Any) -> None:
+        """torchrl's shutdown (the env closed), then this actor's temp directory removed: Ray SIGKILLs the actor
+        next, and its exit would have removed it."""
+        try:
+            super().shutdown(*args, **kwargs)
+        finally:
+            forkserver.remove_temp_dir()
 
     def topo_node(self) -> dict[str, Any]:
         """Where this actor runs: node id, host, pid, the resources Ray assigned it, its GPUs, its run directory."""
