@@ -2,16 +2,16 @@
 imported torch, torchrl and topo once, rather than each importing them anew: 3-9 s a process on this machine (by the
 day), and a local launch starts two (its trainer and the run's forkserver), the suite's largest cost.
 
-:func:`popen` and :func:`run` take ``subprocess``'s arguments. A command ``[sys.executable, "-m" MODULE | SCRIPT |
-"-c" CODE, ...]`` runs in a child forked from the server: the request's environment, working directory, argv,
-``sys.path`` and standard streams, ``__main__`` as the interpreter makes it, signals at a fresh interpreter's
+:func:`popen` and :func:`run` take ``subprocess``'s arguments. A command ``[sys.executable, "-m" MODULE | SCRIPT | "-c"
+CODE, ...]`` runs in a child forked from the server: the request's environment, working directory, argv, ``sys.path``,
+standard streams and temp directory, ``__main__`` as the interpreter makes it, signals at a fresh interpreter's
 dispositions, ended as an interpreter ends (non-daemon threads joined, ``atexit`` run, streams flushed). The server
 reports each child's wait status, so what the test holds is a ``subprocess.Popen`` in all it uses: pid, pipes, poll,
-wait, communicate, signals. What stays the server's: the exec-time environment (``/proc/PID/environ``: topo reads
-it only of the processes a run starts, and the run's forkserver is still exec'd), what its imports read of the
-environment (a command whose :data:`IMPORT_TIME` variables differ forks from a server started with them), and the
-hash seed (a test of reproducibility across processes runs its commands with ``subprocess``). Any other command runs
-as ``subprocess`` runs it; with ``TOPO_TEST_PREIMPORTED=0``, every command does.
+wait, communicate, signals. What stays the server's: the exec-time environment (``/proc/PID/environ``: topo reads it
+only of the processes a run starts, and the run's forkserver is still exec'd), what its imports read of the environment
+(a command whose :data:`IMPORT_TIME` variables differ forks from a server started with them), and the hash seed (a test
+of reproducibility across processes runs its commands with ``subprocess``). Any other command runs as ``subprocess``
+runs it; with ``TOPO_TEST_PREIMPORTED=0``, every command does.
 """
 from __future__ import annotations
 
@@ -353,8 +353,11 @@ def _child(request: dict, fds: list[int], base_path: list[str]) -> None:
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
     import multiprocessing
+    import tempfile
 
     import numpy
+
+    tempfile.tempdir = None  # the server's imports asked it once: read from this environment, as a fresh one reads it
 
     # a fresh interpreter's own authkey and numpy stream (``random`` reseeds itself in a forked child)
     multiprocessing.current_process().authkey = os.urandom(32)

@@ -1,6 +1,7 @@
-"""The tests' preimported commands behave as the fresh interpreters they replace: exit statuses, streams, environment,
-working directory, argv and ``sys.path``, ``__main__`` (a spawned child of a script imports it), the end of an
-interpreter (threads joined, ``atexit``), sessions and signals; anything else runs as ``subprocess`` runs it."""
+"""The tests' preimported commands behave as the fresh interpreters they replace: exit statuses, streams, environment
+(the temp directory it names too), working directory, argv and ``sys.path``, ``__main__`` (a spawned child of a script
+imports it), the end of an interpreter (threads joined, ``atexit``), sessions and signals; anything else runs as
+``subprocess`` runs it."""
 import os
 import signal
 import subprocess
@@ -57,15 +58,15 @@ def test_environment_cwd_argv_path_and_main_of_a_script(tmp_path):
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "helper_mod.py").write_text("VALUE = 41\n")
     prog = script(tmp_path, """
-        import json, os, sys
+        import json, os, sys, tempfile
         import helper_mod
         print(json.dumps({"name": __name__, "file": __file__, "argv": sys.argv, "cwd": os.getcwd(),
                           "path0": sys.path[0], "value": helper_mod.VALUE + 1, "var": os.environ.get("ONLY_HERE"),
-                          "home": "HOME" in os.environ}))
+                          "home": "HOME" in os.environ, "tmp": tempfile.gettempdir()}))
     """)
     work = tmp_path / "work"
     work.mkdir()
-    env = {"ONLY_HERE": "yes", "PYTHONPATH": str(tmp_path / "lib"), "PATH": os.environ["PATH"]}
+    env = {"ONLY_HERE": "yes", "PYTHONPATH": str(tmp_path / "lib"), "PATH": os.environ["PATH"], "TMPDIR": str(work)}
     seen = {}
     for how, start in (("forked", preimported.run), ("fresh", subprocess.run)):
         done = start([PY, str(prog), "a", "b"], cwd=work, env=env, capture_output=True, text=True)
@@ -73,7 +74,7 @@ def test_environment_cwd_argv_path_and_main_of_a_script(tmp_path):
         seen[how] = __import__("json").loads(done.stdout)
     assert seen["forked"] == seen["fresh"] == {
         "name": "__main__", "file": str(prog), "argv": [str(prog), "a", "b"], "cwd": str(work),
-        "path0": str(tmp_path), "value": 42, "var": "yes", "home": False}
+        "path0": str(tmp_path), "value": 42, "var": "yes", "home": False, "tmp": str(work)}
 
 
 def test_a_module_runs_as_python_dash_m_runs_it(tmp_path):
