@@ -48,6 +48,9 @@ def test_builder_raising_names_the_worker_and_its_row(tmp_path):
 
 
 def test_worker_exiting_without_traceback(tmp_path):
+    """A worker that exits during construction, saying nothing: exit 1 naming its row, nothing left. Its length
+    (up to 30 s beside two CPU hogs): a launch and its teardown, and, as its test process's first command, the start
+    of the server its commands fork from (tests/preimported.py: an import of torch and torchrl)."""
     spec = write(tmp_path / "exit.yaml", user_spec("faulty:exiting", 1, 2, fault_seed=1))
     report = tmp_path / "report"
     result = launch(spec, "--report", report, "--quiet")
