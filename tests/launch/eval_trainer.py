@@ -35,7 +35,8 @@ def main() -> None:
     parser.add_argument("spec")
     parser.add_argument("--report", required=True)
     parser.add_argument("--iterations", type=int, default=4)
-    parser.add_argument("--then", default="ok", choices=["ok", "kill-trainer-during-eval", "kill-eval-worker"])
+    parser.add_argument("--then", default="ok", choices=["ok", "kill-trainer-during-eval", "kill-eval-worker",
+                                                         "kill-eval-worker-between-rounds"])
     args = parser.parse_args()
 
     import torch
@@ -58,9 +59,15 @@ def main() -> None:
             emit(event="update", version=version, evaluations=len(run.evaluations))
         if args.then == "kill-eval-worker":  # during the next round: its restart reruns the worker's episodes
             threading.Thread(target=lambda: kill_soon(run), daemon=True).start()
+        if args.then == "kill-eval-worker-between-rounds":  # and the round asked once the eval process has ended
+            pid = eval_worker_pid(run, 1)
+            emit(event="killed", pid=pid)
+            os.kill(pid, signal.SIGKILL)
+            run.eval.proc.wait(120)
+            emit(event="eval-process-ended", code=run.eval.proc.returncode)
         result = run.evaluate(step=100)
         emit(event="evaluated", result=result)
-        if args.then != "kill-eval-worker":
+        if not args.then.startswith("kill-eval-worker"):
             accepted = [run.evaluate(wait=False, step=200), run.evaluate(wait=False, step=201)]
             if args.then == "kill-trainer-during-eval":
                 emit(event="killing", trainer=os.getpid())
@@ -76,8 +83,21 @@ def main() -> None:
 
 
 def kill_soon(run) -> None:
+    """SIGKILL eval worker 1 during the round: once it has stepped in it (its heartbeat), at a random instant of
+    the next half second; not a fixed time after it was built, which a slow machine reaches before the round."""
+    import random
+
+    from topo.runtime import heartbeat
+
     pid = eval_worker_pid(run, 1)
-    time.sleep(1.0)
+    root = os.path.join(run.run_dir, "eval", "collector")
+    while True:
+        runs = [os.path.join(root, name) for name in os.listdir(root) if name.startswith("topo-run-")]
+        health = heartbeat.health(runs[0], 0, 0) if runs else None
+        if health and len(health) > 1 and health[1] is not None and health[1].steps > 0:
+            break
+        time.sleep(0.02)
+    time.sleep(random.uniform(0.0, 0.5))
     emit(event="killed", pid=pid)
     os.kill(pid, signal.SIGKILL)
 

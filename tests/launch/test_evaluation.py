@@ -208,6 +208,27 @@ def test_a_killed_eval_worker_is_named_or_restarted_from_its_row(tmp_path, resta
 
 
 @pytest.mark.slow
+def test_an_eval_worker_killed_between_rounds_is_named_by_the_next_round(tmp_path):
+    """Restarts off, an eval worker SIGKILLed while no round runs: the eval process names it and ends; the round
+    asked after that raises its failure (the worker and its row), not the BrokenPipeError of a send to a process
+    that is gone (found beside two CPU hogs: the kill of the test above came before its round was sent)."""
+    spec = eval_spec(tmp_path, every=None, max_episode_steps=40)
+    data = yaml.safe_load(spec.read_text())
+    data["launch"]["restarts"] = {"max": 0}
+    write(spec, data)
+    done, events = train(spec, tmp_path / "report", "--iterations", "1", "--then", "kill-eval-worker-between-rounds")
+    (killed,) = [e["pid"] for e in events if e["event"] == "killed"]
+    assert [e["code"] for e in events if e["event"] == "eval-process-ended"] == [1], (events, done.stderr[-3000:])
+    assert done.returncode == 1
+    (failed,) = [e["formatted"] for e in events if e["event"] == "failed"]
+    first, *rest = failed.splitlines()
+    assert first.startswith(f"error: evaluation failed: env worker died while collecting without a traceback "
+                            f"(killed by SIGKILL, pid {killed})"), failed
+    assert rest == ["  at eval subcollector 0, eval worker 1",
+                    "  plan row: global_index=1, seed=104, tasks=[2, 3], episodes='2-3'"]
+
+
+@pytest.mark.slow
 def test_topo_eval_evaluates_a_checkpoint_and_refuses_a_plan_without_eval(tmp_path):
     import torch
 

@@ -114,8 +114,25 @@ class EvalService:
         return True
 
     def _send(self, weights, version: int, step: int | None) -> None:
-        self._connection().send({"cmd": "evaluate", "weights": weights, "version": version, "step": step})
+        conn = self._connection()
+        try:
+            conn.send({"cmd": "evaluate", "weights": weights, "version": version, "step": step})
+        except OSError as exc:  # the eval process ended before this round, its run failed between rounds
+            raise self._last_word() from exc
         self._pending += 1
+
+    def _last_word(self) -> LaunchError:
+        """The eval process is gone: the failure it sent before it ended (an eval worker that died between rounds,
+        restarts off), read from what is left on the socket, else that it ended."""
+        conn = self._connection()
+        try:
+            while conn.poll(0):
+                message = conn.recv()
+                if "error" in message:
+                    return _failed(message)
+        except (EOFError, OSError):
+            pass
+        return LaunchError(self._died())
 
     def wait(self, timeout: float | None = None) -> dict[str, Any] | None:
         """Block until every round asked for has its result (or ``timeout``); the last result."""
@@ -137,9 +154,7 @@ class EvalService:
             except EOFError as exc:
                 raise LaunchError(self._died()) from exc
             if "error" in message:
-                raise LaunchError(f"evaluation failed: {message['error']}", subcollector=message.get("subcollector"),
-                                  worker=message.get("worker"), row=message.get("row"),
-                                  traceback=message.get("traceback"))
+                raise _failed(message)
             self._pending -= 1
             self.results.append(message["result"])
             if self._queued and not self._pending:
@@ -185,3 +200,9 @@ class EvalService:
                     self.proc.wait()
             if self._conn is not None:
                 self._conn.close()
+
+
+def _failed(message: dict[str, Any]) -> LaunchError:
+    """What the trainer raises for the eval process's failure message (:func:`topo.launch.evaluate._failure`)."""
+    return LaunchError(f"evaluation failed: {message['error']}", subcollector=message.get("subcollector"),
+                       worker=message.get("worker"), row=message.get("row"), traceback=message.get("traceback"))
