@@ -17,14 +17,19 @@ import time
 from script_events import emit  # this folder: the script's own path entry
 
 
+def eval_runs(run) -> list[str]:
+    """The eval run's directory, once the eval process made it (a list: empty before)."""
+    root = os.path.join(run.run_dir, "eval", "collector")
+    return [os.path.join(root, n) for n in os.listdir(root) if n.startswith("topo-run-")] if os.path.isdir(root) else []
+
+
 def eval_worker_pid(run, index: int) -> int:
     """The pid of eval worker ``index`` of eval subcollector 0 (from the eval run's markers)."""
     from topo.runtime.rundir import RunDir
 
-    root = os.path.join(run.run_dir, "eval", "collector")
     while True:
-        for name in os.listdir(root) if os.path.isdir(root) else []:
-            for m in RunDir(os.path.join(root, name)).read_all("markers"):
+        for directory in eval_runs(run):
+            for m in RunDir(directory).read_all("markers"):
                 if m["name"] == "constructed" and m["worker"].get("index") == index:
                     return m["pid"]
         time.sleep(0.2)
@@ -90,9 +95,8 @@ def kill_soon(run) -> None:
     from topo.runtime import heartbeat
 
     pid = eval_worker_pid(run, 1)
-    root = os.path.join(run.run_dir, "eval", "collector")
     while True:
-        runs = [os.path.join(root, name) for name in os.listdir(root) if name.startswith("topo-run-")]
+        runs = eval_runs(run)
         health = heartbeat.health(runs[0], 0, 0) if runs else None
         if health and len(health) > 1 and health[1] is not None and health[1].steps > 0:
             break
