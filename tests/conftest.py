@@ -144,7 +144,7 @@ def reference_import_s() -> float | None:
 
 def pytest_addoption(parser):
     parser.addoption("--file-durations", action="store_true",
-                     help="print the slowest files and setups, and each file over its budget (BUDGETS_S)")
+                     help="print the slowest files, tests and setups, and each file over its budget (BUDGETS_S)")
 
 
 def pytest_configure(config):
@@ -157,6 +157,7 @@ class Durations:
 
     def __init__(self):
         self.files: dict[str, float] = {}
+        self.tests: dict[str, float] = {}
         self.setups: list[tuple[float, str]] = []
         self.unexplained: list[tuple[float, str]] = []
 
@@ -169,6 +170,7 @@ class Durations:
     def pytest_runtest_logreport(self, report):
         path = report.nodeid.split("::")[0]
         self.files[path] = self.files.get(path, 0.0) + report.duration
+        self.tests[report.nodeid] = self.tests.get(report.nodeid, 0.0) + report.duration
         if report.when == "setup":
             self.setups.append((report.duration, report.nodeid))
         elif report.when == "call" and report.duration > LONG_TEST_S:
@@ -178,7 +180,7 @@ class Durations:
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter):
         write = terminalreporter.write_line
-        terminalreporter.section("slowest files (setup + call + teardown) and setups")
+        terminalreporter.section("slowest files and tests (setup + call + teardown), and setups")
         import_s = reference_import_s()
         if import_s is None:
             write(f"the day's speed: {REFERENCE_IMPORT!r} failed; budgets as on the day they were set", red=True)
@@ -188,6 +190,8 @@ class Durations:
                   f"{CALIBRATED_IMPORT_S} s, nothing else running; tests/conftest.py BUDGETS_S)")
         for seconds, name in sorted(((s, f) for f, s in self.files.items()), reverse=True)[:15]:
             write(f"{seconds:8.1f}s  {name}  (budget {budget(name, import_s):.0f}s)")
+        for seconds, name in sorted(((s, t) for t, s in self.tests.items()), reverse=True)[:15]:
+            write(f"{seconds:8.1f}s  {name}")
         for seconds, name in sorted(self.setups, reverse=True)[:10]:
             write(f"{seconds:8.1f}s  setup of {name}")
         over = sorted((s, f) for f, s in self.files.items() if s > budget(f, import_s))

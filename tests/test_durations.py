@@ -1,5 +1,5 @@
-"""``scripts/test --durations`` (:class:`tests.conftest.Durations`): per-test reports summed by file, the slowest
-setups, a file over its budget and a long test without a docstring named at the end."""
+"""``scripts/test --durations`` (:class:`tests.conftest.Durations`): per-test reports summed by file and by
+test, the slowest setups, a file over its budget and a long test without a docstring named at the end."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -52,7 +52,8 @@ def test_files_are_summed_and_those_over_budget_or_long_without_a_docstring_are_
     text = [line for line, _ in lines]
     assert text[1].startswith(f"the day's speed: '{REFERENCE_IMPORT}' in {CALIBRATED_IMPORT_S} s (budgets set at ")
     assert text[2:4] == [f"   181.0s  {LONG}  (budget {BUDGETS_S[LONG]}s)", f"    63.5s  {OTHER}  (budget {BUDGET_S}s)"]
-    assert text[4] == f"   100.0s  setup of {LONG}::test_a"
+    assert text[4:8] == [f"   181.0s  {LONG}::test_a", f"    32.0s  {OTHER}::test_c", f"    31.5s  {OTHER}::test_b",
+                         f"   100.0s  setup of {LONG}::test_a"]
     assert [(line, markup) for line, markup in lines if markup] == [UNDOCUMENTED]  # 181 s: within 275 s
 
 
