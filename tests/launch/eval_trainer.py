@@ -35,6 +35,21 @@ def eval_worker_pid(run, index: int) -> int:
         time.sleep(0.2)
 
 
+def judged(run) -> dict:
+    """Wait until the eval run has judged a death: its restart decided (an event in its run directory), or the eval
+    process ended (restarts off)."""
+    from topo.runtime import events
+    from topo.runtime.rundir import RunDir
+
+    while True:
+        restarts = [e for d in eval_runs(run) for e in events.read(RunDir(d)) if e["name"] == "restart"]
+        if restarts:
+            return {"restart": restarts[0]}
+        if run.eval.proc.poll() is not None:
+            return {"code": run.eval.proc.returncode}
+        time.sleep(0.1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("spec")
@@ -64,12 +79,12 @@ def main() -> None:
             emit(event="update", version=version, evaluations=len(run.evaluations))
         if args.then == "kill-eval-worker":  # during the next round: its restart reruns the worker's episodes
             threading.Thread(target=lambda: kill_soon(run), daemon=True).start()
-        if args.then == "kill-eval-worker-between-rounds":  # and the round asked once the eval process has ended
+        if args.then == "kill-eval-worker-between-rounds":  # after a round; the next asked once the eval run judged it
+            emit(event="evaluated", result=run.evaluate(step=50))
             pid = eval_worker_pid(run, 1)
             emit(event="killed", pid=pid)
             os.kill(pid, signal.SIGKILL)
-            run.eval.proc.wait(120)
-            emit(event="eval-process-ended", code=run.eval.proc.returncode)
+            emit(event="judged", **judged(run))
         result = run.evaluate(step=100)
         emit(event="evaluated", result=result)
         if not args.then.startswith("kill-eval-worker"):

@@ -57,6 +57,23 @@ def test_a_worker_runs_its_episodes_in_order_once_per_round_then_idles():
     assert (again["next", "eval_round"].flatten()[ends2] == 2).all() and env.rebuilds == 3
 
 
+def test_between_rounds_every_reset_is_idle_for_a_worker_built_then_too():
+    """Round 1 ended (-1): a worker built then, as one restarted between rounds is, runs nothing until round 2, and
+    then runs its episodes of round 2 only (not round 1's again, which would spend round 2's batches)."""
+    rounds = Rounds()
+    rounds.now = -1
+    env = scheduled(schedule(), rounds)
+    idle = env.rollout(4, break_when_any_done=False)
+    assert idle["next", "eval_episode"].flatten().tolist() == [-1] * 4
+    rounds.now = 2
+    out = env.rollout(18, break_when_any_done=False)
+    ends = out["next", "done"].flatten() & (out["next", "eval_episode"].flatten() >= 0)
+    assert out["next", "eval_episode"].flatten()[ends].tolist() == [10, 11, 12]
+    assert (out["next", "eval_round"].flatten()[ends] == 2).all()
+    rounds.now = -2  # ended while this worker idles after its episodes: still idle
+    assert env.rollout(3, break_when_any_done=False)["next", "eval_episode"].flatten().tolist() == [-1] * 3
+
+
 def test_an_episode_starts_from_its_seed_whatever_ran_before():
     rounds = Rounds()
     rounds.now = 1

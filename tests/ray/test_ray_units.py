@@ -359,7 +359,7 @@ def test_a_restarted_actor_leaves_its_records_pulled_and_gets_the_eval_round_in_
     monkeypatch.setattr(topology, "_wait", lambda c, ref: {"node_id": "c" * 40})
     monkeypatch.setattr(ray, "get", lambda refs, timeout=None: refs)
 
-    ray_collector.RayEngine().start_eval_round(topology, 3)
+    ray_collector.RayEngine().set_eval_round(topology, 3)
     assert [a.calls for a in old] == [[("round", 3)], [("round", 3)]]
     topology._restart(1)
     # the old actor's node's records pulled through it before it ends (the new one may land on another node)

@@ -6,7 +6,8 @@ episode it runs (rebuilt in this worker when the next episode is of another task
 with its seed (``set_seed``) and, where the backend has them, its init state. Evaluations are rounds: the
 trainer numbers them (``round_of``, read at every reset); once this worker has run its episodes of a
 round, each reset gives an *idle* episode (one step, ``eval_episode`` -1, nothing simulated) until the
-next round starts.
+next round starts. Between rounds (the last one ended: ``round_of`` negative) every reset is idle, so a worker
+built then (restarted between rounds) does not run the ended round's episodes again.
 
 Every step carries ``eval_round``, ``eval_episode``, the init state the env says it started from
 (``eval_init_state``, -1 where it has none to say) and the episode's running ``eval_success``,
@@ -35,7 +36,7 @@ class ScheduledEnv(EnvBase):
     """Runs ``schedule["episodes"]`` (each ``{"episode", "task_id", "init_state_id", "seed", ...}``) in order.
 
     ``build(env_kwargs)`` makes the inner env of a task from ``schedule["envs"][str(task_id)]``;
-    ``round_of()`` is the current evaluation round (0: none yet).
+    ``round_of()`` is the current evaluation round (0: none yet; -N: round N ended).
     """
 
     def __init__(self, schedule: Mapping[str, Any], build: Callable[[dict], EnvBase], round_of: Callable[[], int]):

@@ -29,9 +29,10 @@ class Engine(Protocol):
     def build(self, plan: dict[str, Any], **kwargs: Any) -> Any:
         """The collector the trainer iterates; ``kwargs`` hold the policy arguments and torchrl options."""
 
-    def start_eval_round(self, collector: Any, number: int) -> None:
-        """After the run directory holds eval round ``number``: make every env worker see it (no-op where they
-        read that directory)."""
+    def set_eval_round(self, collector: Any, number: int) -> None:
+        """After the run directory holds eval round ``number`` (negative: that round ended,
+        :func:`topo.runtime.rundir.set_eval_round`): make every env worker see it (no-op where they read that
+        directory)."""
 
     def supervise(self, collector: Any, recovery: Any) -> None:
         """Hand the collector the run's side of restarts (engines with ``restarts`` only)."""

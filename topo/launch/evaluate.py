@@ -29,7 +29,7 @@ import torch
 from topo.diagnostics import ids_text
 from topo.errors import LaunchError, UsageError
 from topo.runtime.episodes import KEY as episode_key, episode_id
-from topo.runtime.rundir import RUN_DIR_VAR, start_eval_round
+from topo.runtime.rundir import RUN_DIR_VAR, set_eval_round
 from topo.launch import checkpoint
 from topo.launch.evaluation import results as eval_results
 from topo.launch.policy import PolicySetup, build
@@ -126,8 +126,7 @@ class Evaluation:
         if weights is not None:
             self.policy_weights(weights)
         acting = self.run.update_weights()
-        start_eval_round(self.run.state.run, number)
-        self.run.engine.start_eval_round(self.run.collector, number)
+        self._set_round(number)
         started = time.monotonic()
         planned = {ep["episode"]: (sub["index"], row["index"], ep)
                    for sub in self.section["subcollectors"] for row in sub["workers"] for ep in row["episodes"]}
@@ -145,12 +144,23 @@ class Evaluation:
                 rows = sorted({planned[e][:2] for e in missing})
                 raise LaunchError(f"evaluation round {number}: episodes {ids_text(missing)} never ended in "
                                   f"{batches} batches (eval workers {rows}, as (subcollector, worker))")
+        self._set_round(-number)  # ended: a worker restarted from now on waits for the next round
         result = eval_results.summarise(self.section, planned, ended, round_=number, step=step, version=version,
                                         acting_version=acting, seconds=time.monotonic() - started)
         self.results.append(result)
         if self.out_dir:
             eval_results.write(self.out_dir, result, self.results)
         return result
+
+    def _set_round(self, number: int) -> None:
+        set_eval_round(self.run.state.run, number)
+        self.run.engine.set_eval_round(self.run.collector, number)
+
+    def between_rounds(self):
+        """A wait while no round runs (the eval process's, for its next command) that the eval run's failure ends,
+        raising topo's error for it, as it ends a wait within a round: an eval worker that died between rounds,
+        restarts off, ends the eval run then, not at the next round."""
+        return self.run.life.delivery.interruptible()
 
     def policy_weights(self, weights) -> None:
         """Load ``weights`` (a TensorDict, a state dict, a module, or either saved by ``torch.save`` as bytes or
@@ -217,7 +227,8 @@ def serve(argv: list[str]) -> int:
         evaluation.start()
         while True:
             try:
-                message = conn.recv()
+                with evaluation.between_rounds():
+                    message = conn.recv()
             except EOFError:  # the trainer is gone
                 break
             if message["cmd"] == "close":

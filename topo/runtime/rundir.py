@@ -118,11 +118,12 @@ class RunDir:
                 f.close()  # closing releases the lock
 
 
-EVAL_ROUND = "eval_round"  # the file in a run directory that holds the evaluation round now running
+EVAL_ROUND = "eval_round"  # the file in a run directory that holds the evaluation round (:func:`set_eval_round`)
 
 
 def eval_round(run: RunDir) -> int:
-    """The evaluation round the trainer started last in ``run`` (0: none yet); read at each eval reset."""
+    """The evaluation round in ``run``: N while round N runs, -N once it ended, 0 before the first; read at each
+    eval reset."""
     try:
         with open(os.path.join(run.path, EVAL_ROUND)) as f:
             return int(f.read() or 0)
@@ -130,8 +131,10 @@ def eval_round(run: RunDir) -> int:
         return 0
 
 
-def start_eval_round(run: RunDir, number: int) -> None:
-    """Start round ``number``: every eval worker runs its episodes again from its next reset on."""
+def set_eval_round(run: RunDir, number: int) -> None:
+    """Round ``number`` starts (every eval worker runs its episodes again from its next reset on), or, negative,
+    round ``-number`` ended (none runs an episode until the next starts: an eval worker restarted between rounds
+    waits for the next, rather than running the last one's episodes again)."""
     tmp = os.path.join(run.path, EVAL_ROUND + ".tmp")
     with open(tmp, "w") as f:
         f.write(str(number))

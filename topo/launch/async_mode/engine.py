@@ -61,7 +61,7 @@ class AsyncEngine:
     def disconnect(self) -> None:
         """Nothing to leave."""
 
-    def start_eval_round(self, collector, number: int) -> None:
+    def set_eval_round(self, collector, number: int) -> None:
         """The eval process reads the run directory itself (its rows run in a sync collector of their own)."""
 
     def supervise(self, collector, port) -> None:

@@ -33,7 +33,7 @@ class LocalEngine:
     def disconnect(self) -> None:
         """Nothing to leave."""
 
-    def start_eval_round(self, collector, number: int) -> None:
+    def set_eval_round(self, collector, number: int) -> None:
         """The env workers read the run directory itself."""
 
     def build(self, plan: dict[str, Any], **kwargs: Any):

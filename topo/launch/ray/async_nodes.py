@@ -237,7 +237,7 @@ class RayAsyncEngine:
 
         ray.shutdown()
 
-    def start_eval_round(self, collector, number: int) -> None:
+    def set_eval_round(self, collector, number: int) -> None:
         """No eval section under async mode on Ray (refused at validate)."""
 
     def supervise(self, collector, recovery) -> None:

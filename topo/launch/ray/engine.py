@@ -104,7 +104,7 @@ class RayTopology:
         self.scheme = None  # the Ray weight-sync scheme, when the trainer pushes weights
         self.recovery = None  # the run's side of restarts (RayEngine.supervise)
         self.on_batch = None  # called with each batch before it is yielded (the run's digest: :mod:`.digest`)
-        self.eval_round = 0  # the evaluation round started last (an eval run's actors): a restarted actor's too
+        self.eval_round = 0  # the evaluation round as set last (an eval run's actors; negative: ended): a restarted actor's too
 
     @property
     def actors(self) -> list:
@@ -247,7 +247,7 @@ class RayTopology:
             ray_placement.verify([self.actor_placement[c]])
         if self.puller is not None:
             self.puller.replace(old, actor, node["node_id"])
-            if self.eval_round:  # its node may be new: the round in progress, where its env workers read it
+            if self.eval_round:  # its node may be new: the round in progress (or ended), where its env workers read it
                 ray.get(actor.topo_eval_round.remote(self.eval_round), timeout=ROUND_S)
         self.recovery.instantiated(c)
 
@@ -474,8 +474,8 @@ class RayEngine:
             topology.puller.start()
         ray_placement.verify(topology.actor_placement)
 
-    def start_eval_round(self, topology: RayTopology, number: int) -> None:
-        """Each actor writes the round where its node's env workers read it (per-node run directories)."""
+    def set_eval_round(self, topology: RayTopology, number: int) -> None:
+        """Each actor writes the round (or its end) where its node's env workers read it (per-node run directories)."""
         import ray
 
         topology.eval_round = number

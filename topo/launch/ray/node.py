@@ -27,7 +27,7 @@ from typing import Any
 from torchrl.collectors import Collector
 
 from topo.runtime import heartbeat
-from topo.runtime.rundir import NODE_VAR, RESTART_VAR, RUN_DIR_VAR, RunDir, start_eval_round
+from topo.runtime.rundir import NODE_VAR, RESTART_VAR, RUN_DIR_VAR, RunDir, set_eval_round
 from topo.launch import boundary, forkserver
 from topo.launch.ray import placement as ray_placement
 from topo.launch.ray.records import NODE_RUNS, node_files, records_dir
@@ -123,8 +123,9 @@ class NodeCollector(Collector):
             raise
 
     def topo_eval_round(self, number: int) -> None:
-        """Evaluation round ``number`` starts: written where this node's env workers read it (their run directory)."""
-        start_eval_round(RunDir(self._topo_run_dir), number)
+        """Evaluation round ``number`` starts (negative: ended): written where this node's env workers read it (their
+        run directory)."""
+        set_eval_round(RunDir(self._topo_run_dir), number)
 
     def topo_end_workers(self) -> None:
         """SIGKILL this actor's env workers (its subcollector is being replaced; its env cannot close), and remove
