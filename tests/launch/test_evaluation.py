@@ -175,15 +175,21 @@ def test_a_killed_trainer_leaves_no_process_of_either_run(tmp_path):
         assert json.loads(eval_watcher.read_text())["left"] == []
 
 
+def killable_spec(tmp_path: Path, restarts: int) -> Path:
+    """The eval spec with a horizon (a round whose worker died cannot wait forever) and ``restarts`` at most."""
+    spec = eval_spec(tmp_path, every=None, max_episode_steps=40)
+    data = yaml.safe_load(spec.read_text())
+    data["launch"]["restarts"] = {"max": restarts}
+    write(spec, data)
+    return spec
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("restarts", [0, 1])
 def test_a_killed_eval_worker_is_named_or_restarted_from_its_row(tmp_path, restarts):
     """Restarts off: the trainer's evaluate() raises naming the eval worker and its row. On: the round
     still counts each planned episode once (the restarted worker runs its episodes again)."""
-    spec = eval_spec(tmp_path, every=None, max_episode_steps=40)
-    data = yaml.safe_load(spec.read_text())
-    data["launch"]["restarts"] = {"max": restarts}
-    write(spec, data)
+    spec = killable_spec(tmp_path, restarts)
     done, events = train(spec, tmp_path / "report", "--iterations", "1", "--then", "kill-eval-worker")
     (killed,) = [e["pid"] for e in events if e["event"] == "killed"]
     if restarts == 0:
@@ -197,14 +203,22 @@ def test_a_killed_eval_worker_is_named_or_restarted_from_its_row(tmp_path, resta
         return
     assert done.returncode == 0, done.stderr[-3000:]
     (evaluated,) = [e for e in events if e["event"] == "evaluated"]
-    result = evaluated["result"]
+    assert_every_planned_episode_ended_once(evaluated["result"])
+    restart = the_eval_restart(events)
+    assert (restart["cause"]["worker"], restart["cause"]["kind"]) == (1, "worker-died")
+
+
+def assert_every_planned_episode_ended_once(result: dict) -> None:
     assert sorted((e["task_id"], e["trial"]) for e in result["episodes_detail"]) == PLANNED
     assert result["episodes"] == 6 and all(e["ended"] for e in result["episodes_detail"])
+
+
+def the_eval_restart(events: list[dict]) -> dict:
+    """The eval run's one restart, from its report (written beside the training run's)."""
     (report_event,) = [e for e in events if e["event"] == "report"]
     collector_dir = eval_run_dir(report_event["summary"]["run_dir"])
-    eval_summary = json.loads(Path(collector_dir).parent.joinpath("summary.json").read_text())
-    (restart,) = eval_summary["restarts"]
-    assert (restart["cause"]["worker"], restart["cause"]["kind"]) == (1, "worker-died")
+    (restart,) = json.loads(Path(collector_dir).parent.joinpath("summary.json").read_text())["restarts"]
+    return restart
 
 
 @pytest.mark.slow
@@ -215,10 +229,7 @@ def test_an_eval_worker_killed_between_rounds_is_restarted_or_named_by_the_next_
     and that round counts every planned episode once. Off: the eval process names it and ends; the next round
     raises its failure (the worker and its row), not the BrokenPipeError of a send to a process that is gone (found
     beside two CPU hogs: the kill of the test above came before its round was sent)."""
-    spec = eval_spec(tmp_path, every=None, max_episode_steps=40)
-    data = yaml.safe_load(spec.read_text())
-    data["launch"]["restarts"] = {"max": restarts}
-    write(spec, data)
+    spec = killable_spec(tmp_path, restarts)
     done, events = train(spec, tmp_path / "report", "--iterations", "1", "--then", "kill-eval-worker-between-rounds")
     (killed,) = [e["pid"] for e in events if e["event"] == "killed"]
     (judged,) = [e for e in events if e["event"] == "judged"]
@@ -236,12 +247,8 @@ def test_an_eval_worker_killed_between_rounds_is_restarted_or_named_by_the_next_
     assert (judged["restart"]["worker"], judged["restart"]["cause"]) == (1, "worker-died")
     first, second = [e["result"] for e in events if e["event"] == "evaluated"]
     for result in (first, second):
-        assert sorted((e["task_id"], e["trial"]) for e in result["episodes_detail"]) == PLANNED
-        assert result["episodes"] == 6 and all(e["ended"] for e in result["episodes_detail"])
-    (report_event,) = [e for e in events if e["event"] == "report"]
-    collector_dir = eval_run_dir(report_event["summary"]["run_dir"])
-    eval_summary = json.loads(Path(collector_dir).parent.joinpath("summary.json").read_text())
-    (restart,) = eval_summary["restarts"]
+        assert_every_planned_episode_ended_once(result)
+    restart = the_eval_restart(events)
     assert (restart["cause"]["worker"], restart["cause"]["kind"], restart["cause"]["pid"]) == (1, "worker-died", killed)
     assert restart["outcome"] == "collecting"
 
