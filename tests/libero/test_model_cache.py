@@ -156,13 +156,22 @@ def test_ensure_compiles_once_and_loads_nothing(scene, tmp_path):
 
 
 CONCURRENT = """
-    import json, os, sys, time
+    import glob, json, os, sys, time
     import topo.envs.mujoco_cache as mc
     compile_once = mc._compile
-    arrived = sys.argv[1]
-    def slow_compile(xml):  # hold the lock until every process has arrived, then long enough for them to wait on it
+    def flocks(lock):  # the kernel's list of the flocks on ``lock``: (waiting, pid); "->" marks a waiter
+        inode = os.stat(lock).st_ino
+        with open("/proc/locks") as f:
+            fields = [line.split() for line in f]
+        return [(f[1] == "->", int(f[5] if f[1] == "->" else f[4])) for f in fields
+                if (f[6] if f[1] == "->" else f[5]).endswith(f":{inode}")]
+    def blocked_on(lock):
+        return sum(waiting for waiting, _ in flocks(lock))
+    held_while_loading = []
+    def slow_compile(xml):  # hold the lock until both other processes wait on it, then long enough that they wait
+        (lock,) = glob.glob(os.path.join(sys.argv[1], "*.lock"))
         deadline = time.monotonic() + 120
-        while len(os.listdir(arrived)) < 3 and time.monotonic() < deadline:
+        while blocked_on(lock) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(1.5)
         return compile_once(xml)
@@ -170,24 +179,24 @@ CONCURRENT = """
     load_once = mc.ModelCache._load
     def slow_load(self, key):  # loading a saved entry takes as long, like a big scene's under contention
         if self.paths(key)[1].exists():
+            (lock,) = glob.glob(os.path.join(sys.argv[1], "*.lock"))
+            held_while_loading.append((False, os.getpid()) in flocks(lock))
             time.sleep(1.5)
         return load_once(self, key)
     mc.ModelCache._load = slow_load
-    open(os.path.join(arrived, str(os.getpid())), "w").close()  # mujoco imported: at the cache now
-    model, event = mc.ModelCache(sys.argv[2]).model(open(sys.argv[3]).read(), "scene")
-    print(json.dumps({**event, "nbody": model.nbody}))
+    model, event = mc.ModelCache(sys.argv[1]).model(open(sys.argv[2]).read(), "scene")
+    print(json.dumps({**event, "nbody": model.nbody, "held_while_loading": held_while_loading}))
 """
 
 
 def test_concurrent_processes_compile_one_key_once(scene, tmp_path):
     """Three processes miss the same key at once: one compiles, two wait on its lock, then load at once. The compile
-    starts once all three have imported mujoco and reached the cache, however slowly a loaded machine starts them
-    (a fixed 3 s start let a late one find the entry saved: a hit that never waited)."""
+    starts once the kernel lists both others as waiting on its lock (``/proc/locks``), however slowly a loaded machine
+    brings them there: a fixed 3 s start let a late one find the entry saved, and a gate at a marker each wrote just
+    before the cache let one reach the lock 0.5 s late (waited 1.0 s or less: the suite beside nothing else, 1 in 3)."""
     xml, _ = scene
     (tmp_path / "scene.xml").write_text(xml)
-    (tmp_path / "arrived").mkdir()
-    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(CONCURRENT), str(tmp_path / "arrived"),
-                               str(tmp_path / "cache"),
+    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(CONCURRENT), str(tmp_path / "cache"),
                                str(tmp_path / "scene.xml")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
              for _ in range(3)]
@@ -198,8 +207,9 @@ def test_concurrent_processes_compile_one_key_once(scene, tmp_path):
         events.append(json.loads(out.strip().splitlines()[-1]))
     assert sorted(e["result"] for e in events) == ["hit", "hit", "miss"]
     waited = [e["waited_s"] for e in events if e["result"] == "hit"]
-    assert all(w > 1.0 for w in waited)  # they waited for the compile
-    assert max(waited) < 2.5  # not for each other's 1.5 s load too: nobody loads holding the lock
+    assert all(w > 1.5 for w in waited)  # they waited for the compile, from before it began
+    assert [e["held_while_loading"] for e in events if e["result"] == "hit"] == [[False], [False]]  # nobody loads
+    # holding the lock, so neither waits for the other's 1.5 s load too
     assert {e["nbody"] for e in events} == {3} and len({e["key"] for e in events}) == 1
     assert len(entries(tmp_path / "cache")) == 1
 
