@@ -193,7 +193,8 @@ def test_concurrent_processes_compile_one_key_once(scene, tmp_path):
     """Three processes miss the same key at once: one compiles, two wait on its lock, then load at once. The compile
     starts once the kernel lists both others as waiting on its lock (``/proc/locks``), however slowly a loaded machine
     brings them there: a fixed 3 s start let a late one find the entry saved, and a gate at a marker each wrote just
-    before the cache let one reach the lock 0.5 s late (waited 1.0 s or less: the suite beside nothing else, 1 in 3)."""
+    before the cache let one reach the lock over 0.5 s late (it waited 1.0 s or less: seen once, in a clean-clone
+    run of the whole suite with nothing else running)."""
     xml, _ = scene
     (tmp_path / "scene.xml").write_text(xml)
     procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(CONCURRENT), str(tmp_path / "cache"),
