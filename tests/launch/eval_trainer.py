@@ -16,6 +16,9 @@ import time
 
 from script_events import emit  # this folder: the script's own path entry
 
+#: a worker killed after a round, then its successor killed during the next round (restarts on)
+BETWEEN_THEN_DURING = "kill-eval-worker-between-then-during-rounds"
+
 
 def eval_runs(run) -> list[str]:
     """The eval run's directory, once the eval process made it (a list: empty before)."""
@@ -23,14 +26,15 @@ def eval_runs(run) -> list[str]:
     return [os.path.join(root, n) for n in os.listdir(root) if n.startswith("topo-run-")] if os.path.isdir(root) else []
 
 
-def eval_worker_pid(run, index: int) -> int:
-    """The pid of eval worker ``index`` of eval subcollector 0 (from the eval run's markers)."""
+def eval_worker_pid(run, index: int, besides: tuple[int, ...] = ()) -> int:
+    """The pid of eval worker ``index`` of eval subcollector 0 (from the eval run's markers), once one not in
+    ``besides`` (those killed already) was built."""
     from topo.runtime.rundir import RunDir
 
     while True:
         for directory in eval_runs(run):
             for m in RunDir(directory).read_all("markers"):
-                if m["name"] == "constructed" and m["worker"].get("index") == index:
+                if m["name"] == "constructed" and m["worker"].get("index") == index and m["pid"] not in besides:
                     return m["pid"]
         time.sleep(0.2)
 
@@ -56,7 +60,7 @@ def main() -> None:
     parser.add_argument("--report", required=True)
     parser.add_argument("--iterations", type=int, default=4)
     parser.add_argument("--then", default="ok", choices=["ok", "kill-trainer-during-eval", "kill-eval-worker",
-                                                         "kill-eval-worker-between-rounds"])
+                                                         "kill-eval-worker-between-rounds", BETWEEN_THEN_DURING])
     args = parser.parse_args()
 
     import torch
@@ -77,14 +81,17 @@ def main() -> None:
             optim.step()
             version = run.update_weights()  # eval.every evaluates here, blocking
             emit(event="update", version=version, evaluations=len(run.evaluations))
-        if args.then == "kill-eval-worker":  # during the next round: its restart reruns the worker's episodes
-            threading.Thread(target=lambda: kill_soon(run), daemon=True).start()
-        if args.then == "kill-eval-worker-between-rounds":  # after a round; the next asked once the eval run judged it
+        killed: tuple[int, ...] = ()
+        # after a round; the next asked once the eval run judged it
+        if args.then in ("kill-eval-worker-between-rounds", BETWEEN_THEN_DURING):
             emit(event="evaluated", result=run.evaluate(step=50))
-            pid = eval_worker_pid(run, 1)
-            emit(event="killed", pid=pid)
-            os.kill(pid, signal.SIGKILL)
+            killed = (eval_worker_pid(run, 1),)
+            emit(event="killed", pid=killed[0])
+            os.kill(killed[0], signal.SIGKILL)
             emit(event="judged", **judged(run))
+        # during the next round: its restart reruns the worker's episodes
+        if args.then in ("kill-eval-worker", BETWEEN_THEN_DURING):
+            threading.Thread(target=lambda: kill_soon(run, killed), daemon=True).start()
         result = run.evaluate(step=100)
         emit(event="evaluated", result=result)
         if not args.then.startswith("kill-eval-worker"):
@@ -102,17 +109,18 @@ def main() -> None:
         for r in run.evaluations])
 
 
-def kill_soon(run) -> None:
+def kill_soon(run, killed: tuple[int, ...] = ()) -> None:
     """SIGKILL eval worker 1 during the round: once it has stepped in it (its heartbeat), at a random instant of
-    the next half second; not a fixed time after it was built, which a slow machine reaches before the round."""
+    the next half second; not a fixed time after it was built, which a slow machine reaches before the round.
+    ``killed``: the workers killed before, each a restart of the eval subcollector: this kills their successor."""
     import random
 
     from topo.runtime import heartbeat
 
-    pid = eval_worker_pid(run, 1)
+    pid = eval_worker_pid(run, 1, killed)
     while True:
         runs = eval_runs(run)
-        health = heartbeat.health(runs[0], 0, 0) if runs else None
+        health = heartbeat.health(runs[0], 0, len(killed)) if runs else None
         if health and len(health) > 1 and health[1] is not None and health[1].steps > 0:
             break
         time.sleep(0.02)

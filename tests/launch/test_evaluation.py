@@ -184,28 +184,48 @@ def killable_spec(tmp_path: Path, restarts: int) -> Path:
     return spec
 
 
+NAMED_WITH_ITS_ROW = ["  at eval subcollector 0, eval worker 1",
+                      "  plan row: global_index=1, seed=104, tasks=[2, 3], episodes='2-3'"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("restarts", [0, 1])
-def test_a_killed_eval_worker_is_named_or_restarted_from_its_row(tmp_path, restarts):
-    """Restarts off: the trainer's evaluate() raises naming the eval worker and its row. On: the round
-    still counts each planned episode once (the restarted worker runs its episodes again)."""
-    spec = killable_spec(tmp_path, restarts)
-    done, events = train(spec, tmp_path / "report", "--iterations", "1", "--then", "kill-eval-worker")
+@pytest.mark.parametrize("then", ["kill-eval-worker", "kill-eval-worker-between-rounds"])
+def test_a_killed_eval_worker_is_named_with_its_row_when_restarts_are_off(tmp_path, then):
+    """Eval worker 1 SIGKILLed during a round, or after one while no round runs (the next asked once the eval run
+    has judged it): the trainer's evaluate() raises naming the worker and its row. Between rounds, the eval process
+    names it and ends at once, and the next round raises its failure, not the BrokenPipeError of a send to a process
+    that is gone (found beside two CPU hogs: a kill meant for a round came before the round was sent)."""
+    done, events = train(killable_spec(tmp_path, 0), tmp_path / "report", "--iterations", "1", "--then", then)
     (killed,) = [e["pid"] for e in events if e["event"] == "killed"]
-    if restarts == 0:
-        assert done.returncode == 1
-        (failed,) = [e["formatted"] for e in events if e["event"] == "failed"]
-        assert failed.splitlines() == [
-            f"error: evaluation failed: env worker died while collecting without a traceback (killed by SIGKILL, "
-            f"pid {killed}); restarts are off (launch.restarts)",
-            "  at eval subcollector 0, eval worker 1",
-            "  plan row: global_index=1, seed=104, tasks=[2, 3], episodes='2-3'"]
-        return
+    if then == "kill-eval-worker-between-rounds":
+        (judged,) = [e for e in events if e["event"] == "judged"]
+        assert judged["code"] == 1, (events, done.stderr[-3000:])
+    assert done.returncode == 1
+    (failed,) = [e["formatted"] for e in events if e["event"] == "failed"]
+    assert failed.splitlines() == [
+        f"error: evaluation failed: env worker died while collecting without a traceback (killed by SIGKILL, "
+        f"pid {killed}); restarts are off (launch.restarts)", *NAMED_WITH_ITS_ROW]
+
+
+@pytest.mark.slow
+def test_eval_workers_killed_between_and_during_rounds_are_restarted_from_their_row(tmp_path):
+    """Restarts on, one eval run: eval worker 1 SIGKILLed after a round, while no round runs; its restart is decided
+    then (an event in the eval run) and made as the next round begins, whose worker 1 is SIGKILLed during that round
+    and restarted again. Each round counts every planned episode once (a restarted worker runs its episodes again)."""
+    done, events = train(killable_spec(tmp_path, 2), tmp_path / "report", "--iterations", "1",
+                         "--then", "kill-eval-worker-between-then-during-rounds")
     assert done.returncode == 0, done.stderr[-3000:]
-    (evaluated,) = [e for e in events if e["event"] == "evaluated"]
-    assert_every_planned_episode_ended_once(evaluated["result"])
-    restart = the_eval_restart(events)
-    assert (restart["cause"]["worker"], restart["cause"]["kind"]) == (1, "worker-died")
+    between, during = [e["pid"] for e in events if e["event"] == "killed"]
+    (judged,) = [e for e in events if e["event"] == "judged"]
+    assert (judged["restart"]["worker"], judged["restart"]["cause"]) == (1, "worker-died")
+    first, second = [e["result"] for e in events if e["event"] == "evaluated"]
+    for result in (first, second):
+        assert_every_planned_episode_ended_once(result)
+    restarts = the_eval_restarts(events)
+    assert [(r["cause"]["worker"], r["cause"]["kind"], r["cause"]["pid"]) for r in restarts] == [
+        (1, "worker-died", between), (1, "worker-died", during)]
+    # the first restart's copy may die before its first batch (ready, not collecting); the second ends the round
+    assert restarts[0]["outcome"] in ("ready", "collecting") and restarts[1]["outcome"] == "collecting", restarts
 
 
 def assert_every_planned_episode_ended_once(result: dict) -> None:
@@ -213,44 +233,11 @@ def assert_every_planned_episode_ended_once(result: dict) -> None:
     assert result["episodes"] == 6 and all(e["ended"] for e in result["episodes_detail"])
 
 
-def the_eval_restart(events: list[dict]) -> dict:
-    """The eval run's one restart, from its report (written beside the training run's)."""
+def the_eval_restarts(events: list[dict]) -> list[dict]:
+    """The eval run's restarts, from its report (written beside the training run's)."""
     (report_event,) = [e for e in events if e["event"] == "report"]
     collector_dir = eval_run_dir(report_event["summary"]["run_dir"])
-    (restart,) = json.loads(Path(collector_dir).parent.joinpath("summary.json").read_text())["restarts"]
-    return restart
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("restarts", [0, 1])
-def test_an_eval_worker_killed_between_rounds_is_restarted_or_named_by_the_next_round(tmp_path, restarts):
-    """An eval worker SIGKILLed after a round, while no round runs; the next round asked once the eval run has
-    judged it. Restarts on: the restart is decided then (an event in the eval run), made as the next round begins,
-    and that round counts every planned episode once. Off: the eval process names it and ends; the next round
-    raises its failure (the worker and its row), not the BrokenPipeError of a send to a process that is gone (found
-    beside two CPU hogs: the kill of the test above came before its round was sent)."""
-    spec = killable_spec(tmp_path, restarts)
-    done, events = train(spec, tmp_path / "report", "--iterations", "1", "--then", "kill-eval-worker-between-rounds")
-    (killed,) = [e["pid"] for e in events if e["event"] == "killed"]
-    (judged,) = [e for e in events if e["event"] == "judged"]
-    if restarts == 0:
-        assert judged["code"] == 1, (events, done.stderr[-3000:])
-        assert done.returncode == 1
-        (failed,) = [e["formatted"] for e in events if e["event"] == "failed"]
-        first, *rest = failed.splitlines()
-        assert first == (f"error: evaluation failed: env worker died while collecting without a traceback (killed by "
-                         f"SIGKILL, pid {killed}); restarts are off (launch.restarts)"), failed
-        assert rest == ["  at eval subcollector 0, eval worker 1",
-                        "  plan row: global_index=1, seed=104, tasks=[2, 3], episodes='2-3'"]
-        return
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert (judged["restart"]["worker"], judged["restart"]["cause"]) == (1, "worker-died")
-    first, second = [e["result"] for e in events if e["event"] == "evaluated"]
-    for result in (first, second):
-        assert_every_planned_episode_ended_once(result)
-    restart = the_eval_restart(events)
-    assert (restart["cause"]["worker"], restart["cause"]["kind"], restart["cause"]["pid"]) == (1, "worker-died", killed)
-    assert restart["outcome"] == "collecting"
+    return json.loads(Path(collector_dir).parent.joinpath("summary.json").read_text())["restarts"]
 
 
 @pytest.mark.slow
