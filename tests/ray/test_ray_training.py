@@ -129,33 +129,24 @@ def test_every_node_runs_the_checks_for_the_subcollector_the_plan_puts_there(clu
         f"subcollector 1 asks for node_b 1: node {nodes[1]['node_id'][:12]} ({nodes[1]['hostname']}) has it"]
 
 
-def test_text_names_each_node_and_a_node_out_of_time_fails(cluster, tmp_path):
-    """The text report names each node; with ``--node-timeout 0.01`` each node is a FAIL. Its length: two doctor
-    processes, Ray drivers whose tasks on the nodes start probes that import torch and torchrl."""
-    text = doctor(tmp_path, two_node_spec(cluster.address))
-    assert text.returncode == 0, text.stdout + text.stderr
-    lines = text.stdout.splitlines()
-    assert lines[0].endswith(f"Ray cluster at {cluster.address}, 2 alive node(s)") and lines[1] == "cluster:"
-    assert [line.split(": ", 1)[1] for line in lines if line.startswith("node ")] == ["subcollector 0", "subcollector 1"]
-    assert lines[-1].startswith("ready to launch on the cluster (2 node(s)): ")
-    late = doctor(tmp_path, two_node_spec(cluster.address), "--node-timeout", "0.01")
-    assert late.returncode == 1, late.stdout + late.stderr
-    failed = [line for line in late.stdout.splitlines() if line.startswith("FAIL")]
-    assert len(failed) == 2 and all("did not answer in 0.01 s" in line for line in failed), late.stdout
-
-
-def test_a_resource_no_node_has_fails_naming_the_subcollector(cluster, tmp_path):
-    """A subcollector pinned to node_c, which no node has: a FAIL naming it, with the ``ray start`` hint. Its length:
-    a doctor process, a Ray driver whose task on each node starts probes that import torch and torchrl."""
+def test_text_names_each_node_and_fails_a_resource_no_node_has_and_each_node_out_of_time_at_once(cluster, tmp_path):
+    """Sub1 pinned to node_c, which no node has, and ``--node-timeout 0.01``: one text report with every problem, a
+    FAIL naming the subcollector with the ``ray start`` hint and a FAIL per node that did not answer in time, each
+    under a line naming its node and what it holds (the text of a report that passes: test_ray_doctor_units.py)."""
     spec = two_node_spec(cluster.address)
     spec["placement"]["overrides"][1]["resources"]["custom"] = {"node_c": 1}
-    result = doctor(tmp_path, spec)
+    result = doctor(tmp_path, spec, "--node-timeout", "0.01")
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "FAIL  placement  subcollector 1 asks for node_c 1: no node of the cluster has it" in result.stdout
+    lines = result.stdout.splitlines()
+    assert lines[0].endswith(f"Ray cluster at {cluster.address}, 2 alive node(s)") and lines[1] == "cluster:"
+    assert "FAIL  placement  subcollector 1 asks for node_c 1: no node of the cluster has it" in lines
     assert """hint: start a node that has it (`ray start --address=HEAD:6379 --resources='{"node_c": 1}'`)""" \
         in result.stdout
-    assert "(node_b 1): no subcollector" in result.stdout  # node_b holds nothing now
-    assert result.stdout.splitlines()[-1].startswith("cannot launch on the cluster")
+    assert [line.split(" (", 1)[1] for line in lines if line.startswith("node ")] == [
+        "node_a 1): subcollector 0", "node_b 1): no subcollector"]  # node_b holds nothing now
+    failed = [line for line in lines if line.startswith("FAIL  node")]
+    assert len(failed) == 2 and all("did not answer in 0.01 s" in line for line in failed), result.stdout
+    assert lines[-1].startswith("cannot launch on the cluster")
 
 
 def test_an_unreachable_cluster_is_exit_1_with_the_address_and_the_hint(tmp_path):
