@@ -22,6 +22,7 @@ from topo.launch.ray import engine as ray_collector
 from topo.launch.supervision.state import RunState
 from topo.runtime.rundir import HOST, RUN_DIR_VAR, SLOTS_VAR, RunDir
 
+from tests import preimported
 from tests.ray.ray_head_helpers import ENV, RAY, free_port
 
 HANG_GUARD_S = 300
@@ -48,8 +49,8 @@ def launch(tmp_path: Path, name: str, spec: dict, *args: str,
            env: dict = ENV) -> tuple[subprocess.CompletedProcess, Path]:
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    result = subprocess.run([sys.executable, "-m", "topo.launch", path.name, "--report", name, *args],  # relative
-                            cwd=tmp_path, capture_output=True, text=True, env=env, timeout=HANG_GUARD_S)
+    result = preimported.run([sys.executable, "-m", "topo.launch", path.name, "--report", name, *args],  # relative
+                             cwd=tmp_path, capture_output=True, text=True, env=env, timeout=HANG_GUARD_S)
     return result, path
 
 
