@@ -24,6 +24,8 @@ def script(tmp_path, body: str, name: str = "prog.py"):
 
 
 def test_a_python_command_is_forked_from_the_server_that_imported_torch_and_others_are_not(monkeypatch):
+    """Its length (57 s beside two CPU hogs): the test process's server starts here if no test before started it (an
+    import of torch and torchrl), and the command run fresh imports whatever it imports itself."""
     forked = preimported.popen([PY, "-c", "import sys; print('torch' in sys.modules)"], stdout=subprocess.PIPE,
                                text=True)
     assert isinstance(forked, preimported.Forked) and forked.communicate()[0] == "True\n"
@@ -55,6 +57,8 @@ def test_exit_statuses_are_a_fresh_interpreters(tmp_path, body, code):
 
 
 def test_environment_cwd_argv_path_and_main_of_a_script(tmp_path):
+    """Its length (57 s beside two CPU hogs): the forked run's PYTHONPATH is its own, read at import, so it forks
+    from a server started for it (an import of torch and torchrl)."""
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "helper_mod.py").write_text("VALUE = 41\n")
     prog = script(tmp_path, """
@@ -149,6 +153,8 @@ def test_a_new_session_signals_and_the_status_of_a_killed_command(tmp_path):
 
 
 def test_commands_whose_import_time_variables_differ_fork_from_servers_of_their_own():
+    """Its length (38 s beside two CPU hogs): a command with a Ray variable of its own starts a second server, which
+    imports torch and torchrl."""
     def parent(env):
         done = preimported.run([PY, "-c", "import os; print(os.getppid())"], env=env, capture_output=True, text=True)
         return int(done.stdout)
@@ -160,6 +166,8 @@ def test_commands_whose_import_time_variables_differ_fork_from_servers_of_their_
 
 
 def test_the_server_ends_with_the_test_process_and_a_dead_server_is_started_again(tmp_path):
+    """Its length (79 s beside two CPU hogs): a fresh Python that starts a server of its own (an import of torch and
+    torchrl), then, its server killed, a second server in this test process."""
     prog = script(tmp_path, """
         import subprocess, sys
         from tests import preimported

@@ -15,6 +15,7 @@ import topo_docs  # noqa: E402
 
 
 def test_sphinx_build_has_no_warning(tmp_path):
+    """Its length (33 s beside two CPU hogs): a whole Sphinx build of docs/, in a process of its own."""
     pytest.importorskip("sphinx", reason="the docs extra: pip install -e '.[docs]'")
     pytest.importorskip("myst_parser", reason="the docs extra: pip install -e '.[docs]'")
     start = time.monotonic()

@@ -242,6 +242,8 @@ def the_eval_restarts(events: list[dict]) -> list[dict]:
 
 @pytest.mark.slow
 def test_topo_eval_evaluates_a_checkpoint_and_refuses_a_plan_without_eval(tmp_path):
+    """Its length (33 s beside two CPU hogs): `topo eval` of two rounds, its eval run's forkserver importing torch and
+    torchrl, then a refusal before any start."""
     import torch
 
     from topo.policies.tinyvla import make

@@ -32,6 +32,8 @@ def assert_no_bare_traceback(stderr: str) -> None:
 
 
 def test_builder_raising_names_the_worker_and_its_row(tmp_path):
+    """Its length (53 s beside two CPU hogs): a 2 x 2 launch (its forkserver imports torch and torchrl) up to the
+    builders' failure, then its teardown."""
     spec = write(tmp_path / "raise.yaml", user_spec("faulty:raising", 2, 2, fault_seed=2))
     report = tmp_path / "report"
     result = launch(spec, "--report", report, "--quiet")
@@ -142,6 +144,8 @@ def test_signal_during_startup(started, signum, deaf):
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_during_collection_closes_every_env(started, signum):
+    """Its length (42-51 s beside two CPU hogs): a 2 x 2 launch up to its first batch, then the teardown the signal
+    starts, every env closed."""
     proc, report = started(toy_spec(2, 2), "--batches", str(10**9))
     wait_for(lambda: _collecting(report), what="the first batch")
     proc.send_signal(signum)

@@ -170,6 +170,8 @@ def test_a_subcollector_killed_while_collecting_is_named_and_a_weight_update_nev
 
 
 def test_the_grpo_example_trains_on_the_toy_topology(tmp_path):
+    """Its length (31 s beside two CPU hogs): the example's run of 2 x 3 workers over three iterations, started and torn
+    down."""
     done = preimported.run([sys.executable, str(ROOT / "examples" / "train_grpo.py"), str(ROOT / "examples" / "toy_2x3.yaml"),
                            "--iterations", "3", "--report", str(tmp_path / "report")], env=subprocess_env(),
                            capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=tmp_path)
