@@ -17,7 +17,6 @@ import pytest
 from click.testing import CliRunner
 
 from topo.cli import main
-from topo.compiler import validate
 
 from tests.compiler.compiler_helpers import HERE
 
@@ -216,23 +215,3 @@ def test_text_and_json_agree():
         assert where in text
     assert f"{sum(d['severity'] == 'error' for d in data['diagnostics'])} error(s)" in text
 
-
-def test_a_repair_reaches_every_mapping_that_requires_keys():
-    """validate's repair takes out one level of mappings left incomplete per pass: it has a pass for each level of the
-    schema that requires keys, so the rules still run whatever refused value left its mappings incomplete."""
-    schema = json.loads((HERE.parent.parent / "schemas" / "topo-spec.schema.json").read_text())
-    defs = schema.get("$defs", {})
-
-    def deepest(node, depth: int, seen: frozenset) -> int:
-        if not isinstance(node, dict):
-            return -1
-        if "$ref" in node:
-            name = node["$ref"].split("/")[-1]
-            return -1 if name in seen else deepest(defs.get(name), depth, seen | {name})
-        found = depth if node.get("required") else -1
-        children = [*node.get("properties", {}).values(), *node.get("patternProperties", {}).values()]
-        children += [node[k] for k in ("items", "additionalProperties") if isinstance(node.get(k), dict)]
-        found = max([found, *(deepest(c, depth + 1, seen) for c in children)])
-        return max([found, *(deepest(c, depth, seen) for k in ("oneOf", "anyOf", "allOf") for c in node.get(k, []))])
-
-    assert 0 < deepest(schema, 0, frozenset()) < validate.REPAIRS

@@ -33,11 +33,6 @@ class Checked:
         return [d for d in self.diagnostics if not d.is_error]
 
 
-#: how many times a repair may take out the mappings that the values taken out before left without a key they require:
-#: one level up each time, and the schema requires keys no deeper than 3 levels (tests/compiler/test_bad_specs.py)
-REPAIRS = 4
-
-
 def validate(source: Source) -> Checked:
     """Check ``source`` against the schema and every topology rule."""
     found = schema.check(source.data)
@@ -46,12 +41,13 @@ def validate(source: Source) -> Checked:
     if isinstance(source.data, dict):
         refused = [_value_path(d.path) for d in found if not d.suggestion]
         repaired = _without(_respelt(source.data, found), [d.path for d in found if not d.suggestion])
-        for _ in range(REPAIRS):  # a value taken out may leave its mapping without a key it requires: it goes too
+        while True:  # a value taken out may leave its mapping without a key it requires: that mapping goes too
             left = [d.path for d in schema.check(repaired) if d.path]
-            if not left:
+            fewer = _without(repaired, left)
+            if fewer == repaired:  # each pass takes something out, or ends
                 break
             refused += [_value_path(path) for path in left]
-            repaired = _without(repaired, left)
+            repaired = fewer
         too_wide = too_many_ids(repaired)
         found += too_wide + item_shapes(source.data)
         if not too_wide and not schema.check(repaired):
